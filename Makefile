@@ -1,0 +1,41 @@
+# The two commands: `make run` (the main job on the embedded default) and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PYTHON_FOR_VENV := $(shell .ci/find-python)
+
+.PHONY: run test lint typecheck importlint install demo bench clean
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON_FOR_VENV)" || { echo "error: python3.12 or python3.13 is required (Harbor needs Python >= 3.12)"; exit 1; }
+	@test -x $(PY) || $(PYTHON_FOR_VENV) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/mkb demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+importlint: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+bench: $(STAMP)
+	$(PY) benchmarks/storage_write.py
+
+clean:
+	rm -rf $(VENV) mkb-data .pytest_cache

@@ -1,0 +1,1 @@
+"""The `mkb` command line, configuration and the Textual app wiring."""

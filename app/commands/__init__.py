@@ -1,0 +1,1 @@
+"""Subcommands of `mkb`: each module defines `register(subparsers)`."""

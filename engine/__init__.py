@@ -1,0 +1,1 @@
+"""Headless core: events, plan, scheduler, attempts, grading, transfer, analysis, annotation."""

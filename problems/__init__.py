@@ -1,0 +1,1 @@
+"""The 74-problem catalog: one module per problem, a registry and validation."""
