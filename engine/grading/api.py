@@ -1,0 +1,102 @@
+"""The one interface every grading backend implements, and the records it exchanges.
+
+Kept free of torch so the engine, the sandbox side and the TUI can import it cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+Verdict = Literal["pass", "fail", "preview", "error"]
+DSLS: tuple[str, ...] = ("cute", "tirx")
+MAX_SOURCE_BYTES = 300 * 1024
+
+
+@dataclass(frozen=True)
+class GradeRequest:
+    """One evaluation: a submission's source for a problem in a DSL."""
+
+    problem_id: str
+    dsl: str
+    source: str
+    device: str = "auto"  # "auto" (GPU when present, else CPU preview), "cuda" or "cpu"
+    request_id: str = ""  # caller's id (e.g. the submission id), echoed in the feedback
+    purpose: str = "submission"  # "submission" or "final"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GradeRequest:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class Finding:
+    """A static-rule finding on the submitted source."""
+
+    code: str  # stable reason code, e.g. "rule.other_language"
+    message: str
+    line: int | None = None
+
+
+@dataclass
+class Feedback:
+    """What a grading returns: the verdict, a stable reason code and the evidence.
+
+    ``verdict`` is "pass" only for a scored pass on a GPU; CPU preview runs say "preview"
+    (never a scored pass); "error" means the grading infrastructure failed (retryable),
+    "fail" that the submission failed the contract (``reason`` says why).
+    """
+
+    verdict: Verdict
+    reason: str | None = None  # stable code: correctness.tolerance, rule.cuda_graph, timeout...
+    message: str = ""
+    request_id: str = ""
+    problem_id: str = ""
+    dsl: str = ""
+    device: str = ""  # e.g. "NVIDIA H200" or "cpu (preview)"
+    import_ok: bool | None = None
+    import_error: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    draws: list[dict[str, Any]] = field(default_factory=list)  # per draw: per-output checks
+    impl_median_ms: float | None = None
+    impl_iqr_ms: float | None = None
+    eager_median_ms: float | None = None
+    eager_iqr_ms: float | None = None
+    speedup: float | None = None  # eager / impl, capped at 100
+    dsl_launches_per_call: float | None = None
+    bypass: str | None = None  # "outputs_failed" (good), "still_valid" (bad), "skipped: ..."
+    sol_ms: float | None = None
+    timings_s: dict[str, float] = field(default_factory=dict)  # phase → wall seconds
+    log_tail: str = ""
+
+    @property
+    def scored_pass(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Feedback:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["findings"] = [
+            f if isinstance(f, Finding) else Finding(**f) for f in known.get("findings", [])
+        ]
+        return cls(**known)
+
+
+class GradingBackend(Protocol):
+    """Grades submissions; implementations: local, http, harbor."""
+
+    name: str
+
+    async def grade(self, request: GradeRequest) -> Feedback:
+        """Evaluate one submission. Infrastructure failures return verdict "error"."""
+        ...
+
+    async def close(self) -> None:
+        """Release workers, sessions and child processes."""
+        ...

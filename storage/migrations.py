@@ -1,0 +1,205 @@
+"""Schema migrations (``sqlite_utils.Migrations``), one function per step, ``m00N_<verb>_<noun>``.
+
+Enums are CHECK-constrained, timestamps are UTC ISO-8601 ``*_at`` text, foreign keys are
+``<table>_id``. Append new migrations at the end; never edit an applied one.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database, Migrations
+
+MIGRATION_SET = "metakernelbench"
+migrations = Migrations(MIGRATION_SET)
+
+ARMS = ("solo_cute", "solo_tirx", "cute2tirx_skill", "tirx2cute_skill")
+ATTEMPT_STATES = (
+    "planned",
+    "queued",
+    "running",
+    "final_eval",
+    "finished",
+    "failed",
+    "skipped",
+    "interrupted",
+)
+OUTCOMES = ("pass", "fail", "preview", "skipped")
+VERDICTS = ("pass", "fail", "preview", "error")
+JOB_STATES = ("queued", "running", "done", "error")
+EXPERIMENT_STATES = ("planned", "running", "paused", "stopped", "finished")
+
+
+def _enum(column: str, values: tuple[str, ...], nullable: bool = False) -> str:
+    options = ", ".join(f"'{v}'" for v in values)
+    check = f"{column} IN ({options})"
+    return f"CHECK ({column} IS NULL OR {check})" if nullable else f"CHECK ({check})"
+
+
+@migrations()
+def m001_create_core(db: Database) -> None:
+    """The whole domain: experiments to events."""
+    db.executescript(
+        f"""
+        CREATE TABLE experiments (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            config_toml TEXT NOT NULL DEFAULT '',
+            config_hash TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL DEFAULT 'planned' {_enum("state", EXPERIMENT_STATES)},
+            preview INTEGER NOT NULL DEFAULT 0 CHECK (preview IN (0, 1)),
+            grading_backend TEXT NOT NULL DEFAULT 'local',
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+
+        CREATE TABLE skills (
+            id INTEGER PRIMARY KEY,
+            attempt_id INTEGER REFERENCES attempts(id) ON DELETE SET NULL,
+            kind TEXT NOT NULL {_enum("kind", ("collected", "edited"))},
+            text TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            author TEXT NOT NULL DEFAULT '',
+            parent_skill_id INTEGER REFERENCES skills(id),
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX skills_attempt ON skills(attempt_id);
+
+        CREATE TABLE attempts (
+            id INTEGER PRIMARY KEY,
+            experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+            plan_key TEXT NOT NULL,
+            model TEXT NOT NULL,
+            problem_id TEXT NOT NULL,
+            family TEXT NOT NULL DEFAULT '',
+            dsl TEXT NOT NULL {_enum("dsl", ("cute", "tirx"))},
+            arm TEXT NOT NULL {_enum("arm", ARMS)},
+            replicate INTEGER NOT NULL DEFAULT 1 CHECK (replicate >= 1),
+            round INTEGER NOT NULL DEFAULT 0 CHECK (round >= 0),
+            source_attempt_id INTEGER REFERENCES attempts(id),
+            attached_skill_id INTEGER REFERENCES skills(id),
+            state TEXT NOT NULL DEFAULT 'planned' {_enum("state", ATTEMPT_STATES)},
+            outcome TEXT {_enum("outcome", OUTCOMES, nullable=True)},
+            reason TEXT,
+            speedup REAL,
+            impl_median_ms REAL,
+            eager_median_ms REAL,
+            best_speedup REAL,
+            submissions_used INTEGER NOT NULL DEFAULT 0,
+            tries INTEGER NOT NULL DEFAULT 0,
+            budget_s REAL NOT NULL DEFAULT 2400,
+            task_hash TEXT NOT NULL DEFAULT '',
+            skill_hash TEXT NOT NULL DEFAULT '',
+            final_source TEXT,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            agent_seconds REAL NOT NULL DEFAULT 0,
+            error TEXT,
+            started_at TEXT,
+            ended_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (experiment_id, plan_key)
+        );
+        CREATE INDEX attempts_state ON attempts(experiment_id, state);
+        CREATE INDEX attempts_lookup ON attempts(model, problem_id, arm, replicate);
+
+        CREATE TABLE trajectory_steps (
+            id INTEGER PRIMARY KEY,
+            attempt_id INTEGER NOT NULL REFERENCES attempts(id) ON DELETE CASCADE,
+            try INTEGER NOT NULL DEFAULT 1,
+            step_index INTEGER NOT NULL,
+            source TEXT NOT NULL DEFAULT 'agent',
+            analysis TEXT NOT NULL DEFAULT '',
+            plan TEXT NOT NULL DEFAULT '',
+            keystrokes TEXT NOT NULL DEFAULT '',
+            terminal_output TEXT NOT NULL DEFAULT '',
+            message TEXT NOT NULL DEFAULT '',
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            UNIQUE (attempt_id, try, step_index)
+        );
+
+        CREATE TABLE submissions (
+            id INTEGER PRIMARY KEY,
+            attempt_id INTEGER NOT NULL REFERENCES attempts(id) ON DELETE CASCADE,
+            purpose TEXT NOT NULL DEFAULT 'submission' {_enum("purpose", ("submission", "final"))},
+            n INTEGER NOT NULL CHECK (n >= 0),
+            source TEXT NOT NULL,
+            source_hash TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'queued' {_enum("state", JOB_STATES)},
+            verdict TEXT {_enum("verdict", VERDICTS, nullable=True)},
+            reason TEXT,
+            speedup REAL,
+            impl_median_ms REAL,
+            eager_median_ms REAL,
+            feedback_json TEXT,
+            submitted_at TEXT NOT NULL,
+            graded_at TEXT,
+            UNIQUE (attempt_id, purpose, n)
+        );
+
+        CREATE TABLE grading_jobs (
+            id INTEGER PRIMARY KEY,
+            submission_id INTEGER NOT NULL REFERENCES submissions(id) ON DELETE CASCADE,
+            backend TEXT NOT NULL,
+            worker TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL DEFAULT 'queued' {_enum("state", JOB_STATES)},
+            try INTEGER NOT NULL DEFAULT 1,
+            error TEXT,
+            queued_at TEXT NOT NULL,
+            started_at TEXT,
+            finished_at TEXT
+        );
+        CREATE INDEX grading_jobs_state ON grading_jobs(state);
+
+        CREATE TABLE comparisons (
+            id INTEGER PRIMARY KEY,
+            experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+            model TEXT NOT NULL,
+            problem_id TEXT NOT NULL,
+            family TEXT NOT NULL DEFAULT '',
+            direction TEXT NOT NULL {_enum("direction", ("cute->tirx", "tirx->cute"))},
+            replicate INTEGER NOT NULL DEFAULT 1,
+            round INTEGER NOT NULL DEFAULT 0,
+            source_attempt_id INTEGER REFERENCES attempts(id),
+            baseline_attempt_id INTEGER REFERENCES attempts(id),
+            treatment_attempt_id INTEGER REFERENCES attempts(id),
+            resolved INTEGER NOT NULL DEFAULT 0 CHECK (resolved IN (0, 1)),
+            skipped INTEGER NOT NULL DEFAULT 0 CHECK (skipped IN (0, 1)),
+            rho REAL,
+            verdict TEXT {_enum("verdict", ("help", "harm", "neutral"), nullable=True)},
+            updated_at TEXT NOT NULL,
+            UNIQUE (experiment_id, model, problem_id, direction, replicate, round)
+        );
+
+        CREATE TABLE labels (
+            id INTEGER PRIMARY KEY,
+            task TEXT NOT NULL {_enum("task", ("skill", "uptake", "cause"))},
+            subject_type TEXT NOT NULL {_enum("subject_type", ("skill", "attempt", "comparison"))},
+            subject_id INTEGER NOT NULL,
+            category TEXT NOT NULL,
+            value TEXT NOT NULL,
+            evidence TEXT NOT NULL DEFAULT '',
+            annotator TEXT NOT NULL,
+            annotator_kind TEXT NOT NULL {_enum("annotator_kind", ("llm", "human"))},
+            rubric_hash TEXT NOT NULL DEFAULT '',
+            raw_reply TEXT,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            UNIQUE (task, subject_type, subject_id, category, annotator)
+        );
+
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            experiment_id TEXT,
+            attempt_id INTEGER,
+            kind TEXT NOT NULL,
+            payload_json TEXT NOT NULL DEFAULT '{{}}',
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX events_experiment ON events(experiment_id, id);
+        """
+    )

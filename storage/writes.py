@@ -1,0 +1,451 @@
+"""Plain write functions taking a ``Database``; run them through ``Store.write``.
+
+Each state change that a viewer cares about also appends a row to ``events`` in the same
+transaction, so another process tailing ``events`` by id never sees an event before its data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlite_utils import Database
+
+from storage.db import now
+
+_ATTEMPT_UPDATABLE = {
+    "state",
+    "outcome",
+    "reason",
+    "speedup",
+    "impl_median_ms",
+    "eager_median_ms",
+    "best_speedup",
+    "submissions_used",
+    "tries",
+    "task_hash",
+    "skill_hash",
+    "attached_skill_id",
+    "source_attempt_id",
+    "final_source",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "agent_seconds",
+    "error",
+    "started_at",
+    "ended_at",
+    "budget_s",
+}
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def append_event(
+    db: Database,
+    kind: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    experiment_id: str | None = None,
+    attempt_id: int | None = None,
+) -> int:
+    """Append one event; returns its id (monotonic, never reused)."""
+    cur = db.execute(
+        "INSERT INTO events (experiment_id, attempt_id, kind, payload_json, created_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [experiment_id, attempt_id, kind, json.dumps(dict(payload or {}), default=str), now()],
+    )
+    return int(cur.lastrowid or 0)
+
+
+def append_events(db: Database, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Append many events: each row has ``kind`` and optional payload/experiment/attempt ids."""
+    stamp = now()
+    cur = db.conn.executemany(
+        "INSERT INTO events (experiment_id, attempt_id, kind, payload_json, created_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [
+            (
+                r.get("experiment_id"),
+                r.get("attempt_id"),
+                r["kind"],
+                json.dumps(dict(r.get("payload") or {}), default=str),
+                stamp,
+            )
+            for r in rows
+        ],
+    )
+    return cur.rowcount
+
+
+def create_experiment(
+    db: Database,
+    experiment_id: str,
+    name: str,
+    *,
+    config_toml: str = "",
+    preview: bool = False,
+    grading_backend: str = "local",
+) -> None:
+    """Create the experiment row, or refresh its config if it exists (runs are convergent)."""
+    stamp = now()
+    existing = db.execute("SELECT 1 FROM experiments WHERE id = ?", [experiment_id]).fetchone()
+    if existing:
+        db.execute(
+            "UPDATE experiments SET name=?, config_toml=?, config_hash=?, preview=?, "
+            "grading_backend=?, updated_at=? WHERE id=?",
+            [
+                name,
+                config_toml,
+                text_hash(config_toml),
+                int(preview),
+                grading_backend,
+                stamp,
+                experiment_id,
+            ],
+        )
+        return
+    db.table("experiments").insert(
+        {
+            "id": experiment_id,
+            "name": name,
+            "config_toml": config_toml,
+            "config_hash": text_hash(config_toml),
+            "state": "planned",
+            "preview": int(preview),
+            "grading_backend": grading_backend,
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+    )
+    append_event(db, "experiment_created", {"name": name}, experiment_id=experiment_id)
+
+
+def set_experiment_state(db: Database, experiment_id: str, state: str) -> None:
+    db.execute(
+        "UPDATE experiments SET state=?, updated_at=? WHERE id=?", [state, now(), experiment_id]
+    )
+    append_event(db, "experiment_state", {"state": state}, experiment_id=experiment_id)
+
+
+def ensure_attempt(db: Database, experiment_id: str, plan_key: str, **fields: Any) -> int:
+    """Insert a planned attempt unless one with this plan key exists; returns its id.
+
+    The (experiment, plan key) pair is unique, so replanning never duplicates an attempt.
+    """
+    row = db.execute(
+        "SELECT id FROM attempts WHERE experiment_id=? AND plan_key=?", [experiment_id, plan_key]
+    ).fetchone()
+    if row:
+        return int(row[0])
+    stamp = now()
+    record = {
+        "experiment_id": experiment_id,
+        "plan_key": plan_key,
+        "state": "planned",
+        "created_at": stamp,
+        "updated_at": stamp,
+        **fields,
+    }
+    attempt_id = int(db.table("attempts").insert(record).last_pk)  # type: ignore[arg-type]
+    append_event(
+        db,
+        "attempt_planned",
+        {k: fields.get(k) for k in ("model", "problem_id", "dsl", "arm", "replicate")},
+        experiment_id=experiment_id,
+        attempt_id=attempt_id,
+    )
+    return attempt_id
+
+
+def update_attempt(db: Database, attempt_id: int, event: str | None = None, **fields: Any) -> None:
+    """Update attempt columns (only known ones) and optionally append an event."""
+    unknown = set(fields) - _ATTEMPT_UPDATABLE
+    if unknown:
+        raise ValueError(f"unknown attempt fields: {sorted(unknown)}")
+    if fields:
+        columns = ", ".join(f"{k}=?" for k in fields)
+        db.execute(
+            f"UPDATE attempts SET {columns}, updated_at=? WHERE id=?",
+            [*fields.values(), now(), attempt_id],
+        )
+    if event:
+        exp = db.execute("SELECT experiment_id FROM attempts WHERE id=?", [attempt_id]).fetchone()
+        payload = {k: v for k, v in fields.items() if k != "final_source"}
+        append_event(
+            db, event, payload, experiment_id=exp[0] if exp else None, attempt_id=attempt_id
+        )
+
+
+def add_step(
+    db: Database,
+    attempt_id: int,
+    step_index: int,
+    *,
+    try_number: int = 1,
+    source: str = "agent",
+    analysis: str = "",
+    plan: str = "",
+    keystrokes: str = "",
+    terminal_output: str = "",
+    message: str = "",
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+) -> int:
+    """Record one trajectory step (idempotent on attempt/try/index: a re-sent step replaces)."""
+    db.execute(
+        "INSERT INTO trajectory_steps (attempt_id, try, step_index, source, analysis, plan, "
+        "keystrokes, terminal_output, message, tokens_in, tokens_out, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (attempt_id, try, step_index) DO UPDATE SET source=excluded.source, "
+        "analysis=excluded.analysis, plan=excluded.plan, keystrokes=excluded.keystrokes, "
+        "terminal_output=excluded.terminal_output, message=excluded.message, "
+        "tokens_in=excluded.tokens_in, tokens_out=excluded.tokens_out",
+        [
+            attempt_id,
+            try_number,
+            step_index,
+            source,
+            analysis,
+            plan,
+            keystrokes,
+            terminal_output,
+            message,
+            tokens_in,
+            tokens_out,
+            now(),
+        ],
+    )
+    step_id = db.execute(
+        "SELECT id FROM trajectory_steps WHERE attempt_id=? AND try=? AND step_index=?",
+        [attempt_id, try_number, step_index],
+    ).fetchone()[0]
+    append_event(
+        db, "step_recorded", {"step_id": step_id, "step_index": step_index}, attempt_id=attempt_id
+    )
+    return int(step_id)
+
+
+def add_submission(
+    db: Database, attempt_id: int, n: int, source: str, *, purpose: str = "submission"
+) -> int:
+    """Record a snapshot to grade; idempotent on (attempt, purpose, n). Returns its id."""
+    row = db.execute(
+        "SELECT id FROM submissions WHERE attempt_id=? AND purpose=? AND n=?",
+        [attempt_id, purpose, n],
+    ).fetchone()
+    if row:
+        return int(row[0])
+    sub_id = int(
+        db.table("submissions")
+        .insert(
+            {
+                "attempt_id": attempt_id,
+                "purpose": purpose,
+                "n": n,
+                "source": source,
+                "source_hash": text_hash(source),
+                "state": "queued",
+                "submitted_at": now(),
+            }
+        )
+        .last_pk  # type: ignore[arg-type]
+    )
+    if purpose == "submission":
+        db.execute(
+            "UPDATE attempts SET submissions_used=max(submissions_used, ?), updated_at=? "
+            "WHERE id=?",
+            [n, now(), attempt_id],
+        )
+    append_event(
+        db,
+        "submission_received",
+        {"submission_id": sub_id, "n": n, "purpose": purpose},
+        attempt_id=attempt_id,
+    )
+    return sub_id
+
+
+def start_grading_job(db: Database, submission_id: int, backend: str, worker: str = "") -> int:
+    """Open a grading job (a new try) for a submission and mark the submission running."""
+    tries = db.execute(
+        "SELECT count(*) FROM grading_jobs WHERE submission_id=?", [submission_id]
+    ).fetchone()[0]
+    stamp = now()
+    job_id = int(
+        db.table("grading_jobs")
+        .insert(
+            {
+                "submission_id": submission_id,
+                "backend": backend,
+                "worker": worker,
+                "state": "running",
+                "try": tries + 1,
+                "queued_at": stamp,
+                "started_at": stamp,
+            }
+        )
+        .last_pk  # type: ignore[arg-type]
+    )
+    db.execute("UPDATE submissions SET state='running' WHERE id=?", [submission_id])
+    return job_id
+
+
+def finish_grading_job(
+    db: Database, job_id: int, feedback: Mapping[str, Any] | None, error: str | None = None
+) -> None:
+    """Close a grading job; with feedback, record it on the submission (graded exactly once)."""
+    state = "error" if feedback is None or feedback.get("verdict") == "error" else "done"
+    message = None
+    if state == "error":
+        message = error or (feedback or {}).get("message") or "grading failed"
+    db.execute(
+        "UPDATE grading_jobs SET state=?, error=?, finished_at=? WHERE id=?",
+        [state, message, now(), job_id],
+    )
+    sub_id, attempt_id = db.execute(
+        "SELECT g.submission_id, s.attempt_id FROM grading_jobs g "
+        "JOIN submissions s ON s.id = g.submission_id WHERE g.id=?",
+        [job_id],
+    ).fetchone()
+    if state == "error":
+        db.execute("UPDATE submissions SET state='queued' WHERE id=? AND state!='done'", [sub_id])
+        return
+    assert feedback is not None
+    db.execute(
+        "UPDATE submissions SET state='done', verdict=?, reason=?, speedup=?, impl_median_ms=?, "
+        "eager_median_ms=?, feedback_json=?, graded_at=? WHERE id=? AND state!='done'",
+        [
+            feedback.get("verdict"),
+            feedback.get("reason"),
+            feedback.get("speedup"),
+            feedback.get("impl_median_ms"),
+            feedback.get("eager_median_ms"),
+            json.dumps(dict(feedback), default=str),
+            now(),
+            sub_id,
+        ],
+    )
+    if feedback.get("speedup") is not None and feedback.get("verdict") in ("pass", "preview"):
+        db.execute(
+            "UPDATE attempts SET best_speedup=max(coalesce(best_speedup, 0), ?) WHERE id=?",
+            [feedback["speedup"], attempt_id],
+        )
+    append_event(
+        db,
+        "submission_graded",
+        {
+            "submission_id": sub_id,
+            "verdict": feedback.get("verdict"),
+            "reason": feedback.get("reason"),
+            "speedup": feedback.get("speedup"),
+        },
+        attempt_id=attempt_id,
+    )
+
+
+def add_skill(
+    db: Database,
+    text: str,
+    *,
+    attempt_id: int | None = None,
+    kind: str = "collected",
+    author: str = "",
+    parent_skill_id: int | None = None,
+) -> int:
+    """Store a skill text (collected from an attempt or edited by a person)."""
+    skill_id = int(
+        db.table("skills")
+        .insert(
+            {
+                "attempt_id": attempt_id,
+                "kind": kind,
+                "text": text,
+                "text_hash": text_hash(text),
+                "author": author,
+                "parent_skill_id": parent_skill_id,
+                "created_at": now(),
+            }
+        )
+        .last_pk  # type: ignore[arg-type]
+    )
+    append_event(
+        db, "skill_updated", {"skill_id": skill_id, "kind": kind}, attempt_id=attempt_id
+    )
+    return skill_id
+
+
+def upsert_comparison(db: Database, experiment_id: str, **fields: Any) -> None:
+    """Insert or refresh one comparison (unique per model/problem/direction/replicate/round)."""
+    record = {"experiment_id": experiment_id, "updated_at": now(), **fields}
+    record.setdefault("round", 0)
+    columns = ", ".join(record)
+    marks = ", ".join("?" for _ in record)
+    keys = ("experiment_id", "model", "problem_id", "direction", "replicate", "round")
+    updates = ", ".join(f"{k}=excluded.{k}" for k in record if k not in keys)
+    db.execute(
+        f"INSERT INTO comparisons ({columns}) VALUES ({marks}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}",
+        list(record.values()),
+    )
+    append_event(
+        db,
+        "comparison_updated",
+        {k: fields.get(k) for k in ("model", "problem_id", "direction", "rho", "verdict")},
+        experiment_id=experiment_id,
+    )
+
+
+def add_label(
+    db: Database,
+    *,
+    task: str,
+    subject_type: str,
+    subject_id: int,
+    category: str,
+    value: str,
+    annotator: str,
+    annotator_kind: str,
+    evidence: str = "",
+    rubric_hash: str = "",
+    raw_reply: str | None = None,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    cost_usd: float = 0.0,
+) -> None:
+    """Record (or replace) one annotator's label for one subject and category."""
+    db.execute(
+        "INSERT INTO labels (task, subject_type, subject_id, category, value, evidence, "
+        "annotator, annotator_kind, rubric_hash, raw_reply, tokens_in, tokens_out, cost_usd, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (task, subject_type, subject_id, category, annotator) DO UPDATE SET "
+        "value=excluded.value, evidence=excluded.evidence, rubric_hash=excluded.rubric_hash, "
+        "raw_reply=excluded.raw_reply, tokens_in=excluded.tokens_in, "
+        "tokens_out=excluded.tokens_out, cost_usd=excluded.cost_usd, "
+        "created_at=excluded.created_at",
+        [
+            task,
+            subject_type,
+            subject_id,
+            category,
+            value,
+            evidence,
+            annotator,
+            annotator_kind,
+            rubric_hash,
+            raw_reply,
+            tokens_in,
+            tokens_out,
+            cost_usd,
+            now(),
+        ],
+    )
+    append_event(
+        db,
+        "label_added",
+        {"task": task, "subject_id": subject_id, "category": category, "annotator": annotator},
+    )
