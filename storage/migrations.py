@@ -74,6 +74,7 @@ def m001_create_core(db: Database) -> None:
             arm TEXT NOT NULL {_enum("arm", ARMS)},
             replicate INTEGER NOT NULL DEFAULT 1 CHECK (replicate >= 1),
             round INTEGER NOT NULL DEFAULT 0 CHECK (round >= 0),
+            variant TEXT NOT NULL DEFAULT '',
             source_attempt_id INTEGER REFERENCES attempts(id),
             attached_skill_id INTEGER REFERENCES skills(id),
             state TEXT NOT NULL DEFAULT 'planned' {_enum("state", ATTEMPT_STATES)},
@@ -123,6 +124,7 @@ def m001_create_core(db: Database) -> None:
         CREATE TABLE submissions (
             id INTEGER PRIMARY KEY,
             attempt_id INTEGER NOT NULL REFERENCES attempts(id) ON DELETE CASCADE,
+            try INTEGER NOT NULL DEFAULT 1,
             purpose TEXT NOT NULL DEFAULT 'submission' {_enum("purpose", ("submission", "final"))},
             n INTEGER NOT NULL CHECK (n >= 0),
             source TEXT NOT NULL,
@@ -136,7 +138,7 @@ def m001_create_core(db: Database) -> None:
             feedback_json TEXT,
             submitted_at TEXT NOT NULL,
             graded_at TEXT,
-            UNIQUE (attempt_id, purpose, n)
+            UNIQUE (attempt_id, try, purpose, n)
         );
 
         CREATE TABLE grading_jobs (
@@ -162,6 +164,7 @@ def m001_create_core(db: Database) -> None:
             direction TEXT NOT NULL {_enum("direction", ("cute->tirx", "tirx->cute"))},
             replicate INTEGER NOT NULL DEFAULT 1,
             round INTEGER NOT NULL DEFAULT 0,
+            variant TEXT NOT NULL DEFAULT '',
             source_attempt_id INTEGER REFERENCES attempts(id),
             baseline_attempt_id INTEGER REFERENCES attempts(id),
             treatment_attempt_id INTEGER REFERENCES attempts(id),
@@ -170,7 +173,7 @@ def m001_create_core(db: Database) -> None:
             rho REAL,
             verdict TEXT {_enum("verdict", ("help", "harm", "neutral"), nullable=True)},
             updated_at TEXT NOT NULL,
-            UNIQUE (experiment_id, model, problem_id, direction, replicate, round)
+            UNIQUE (experiment_id, model, problem_id, direction, replicate, round, variant)
         );
 
         CREATE TABLE labels (

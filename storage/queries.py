@@ -40,6 +40,7 @@ class AttemptRow:
     arm: str
     replicate: int
     round: int
+    variant: str
     source_attempt_id: int | None
     attached_skill_id: int | None
     state: str
@@ -86,6 +87,7 @@ class StepRow:
 class SubmissionRow:
     id: int
     attempt_id: int
+    try_number: int
     purpose: str
     n: int
     source: str
@@ -127,6 +129,7 @@ class ComparisonRow:
     direction: str
     replicate: int
     round: int
+    variant: str
     source_attempt_id: int | None
     baseline_attempt_id: int | None
     treatment_attempt_id: int | None
@@ -281,7 +284,8 @@ def submissions(db: Database, attempt_id: int) -> list[SubmissionRow]:
     return _rows(
         db,
         SubmissionRow,
-        "SELECT * FROM submissions WHERE attempt_id=? ORDER BY purpose DESC, n",
+        "SELECT *, try AS try_number FROM submissions WHERE attempt_id=? "
+        "ORDER BY try, purpose DESC, n",
         [attempt_id],
     )
 
@@ -289,7 +293,9 @@ def submissions(db: Database, attempt_id: int) -> list[SubmissionRow]:
 def pending_submissions(db: Database) -> list[SubmissionRow]:
     """Submissions not yet graded (queued, or running when a grader died)."""
     return _rows(
-        db, SubmissionRow, "SELECT * FROM submissions WHERE state != 'done' ORDER BY id"
+        db,
+        SubmissionRow,
+        "SELECT *, try AS try_number FROM submissions WHERE state != 'done' ORDER BY id",
     )
 
 

@@ -29,6 +29,7 @@ _ATTEMPT_UPDATABLE = {
     "skill_hash",
     "attached_skill_id",
     "source_attempt_id",
+    "variant",
     "final_source",
     "tokens_in",
     "tokens_out",
@@ -231,12 +232,18 @@ def add_step(
 
 
 def add_submission(
-    db: Database, attempt_id: int, n: int, source: str, *, purpose: str = "submission"
+    db: Database,
+    attempt_id: int,
+    n: int,
+    source: str,
+    *,
+    purpose: str = "submission",
+    try_number: int = 1,
 ) -> int:
-    """Record a snapshot to grade; idempotent on (attempt, purpose, n). Returns its id."""
+    """Record a snapshot to grade; idempotent on (attempt, try, purpose, n). Returns its id."""
     row = db.execute(
-        "SELECT id FROM submissions WHERE attempt_id=? AND purpose=? AND n=?",
-        [attempt_id, purpose, n],
+        "SELECT id FROM submissions WHERE attempt_id=? AND try=? AND purpose=? AND n=?",
+        [attempt_id, try_number, purpose, n],
     ).fetchone()
     if row:
         return int(row[0])
@@ -245,6 +252,7 @@ def add_submission(
         .insert(
             {
                 "attempt_id": attempt_id,
+                "try": try_number,
                 "purpose": purpose,
                 "n": n,
                 "source": source,
@@ -383,9 +391,10 @@ def upsert_comparison(db: Database, experiment_id: str, **fields: Any) -> None:
     """Insert or refresh one comparison (unique per model/problem/direction/replicate/round)."""
     record = {"experiment_id": experiment_id, "updated_at": now(), **fields}
     record.setdefault("round", 0)
+    record.setdefault("variant", "")
     columns = ", ".join(record)
     marks = ", ".join("?" for _ in record)
-    keys = ("experiment_id", "model", "problem_id", "direction", "replicate", "round")
+    keys = ("experiment_id", "model", "problem_id", "direction", "replicate", "round", "variant")
     updates = ", ".join(f"{k}=excluded.{k}" for k in record if k not in keys)
     db.execute(
         f"INSERT INTO comparisons ({columns}) VALUES ({marks}) "

@@ -1,0 +1,1 @@
+"""Built-in analysis: solo metrics, paired lift, help/harm, tiers and statistical tests."""

@@ -1,0 +1,369 @@
+"""Experiment configuration: a TOML file, validated completely before anything starts.
+
+```toml
+[experiment]
+name = "paper-replication"        # required
+id = "paper-replication"          # optional; defaults to the name made safe
+problems = ["p01", "p2*"]         # ids, NN, slugs or globs; default: all
+families = ["KV Cache"]           # optional family filter
+dsls = ["cute", "tirx"]           # both are needed for transfer
+replicates = 1
+budget_minutes = 40
+max_submissions = 10
+sandbox = "local"                 # local | docker | modal | daytona | an import path
+grading = "local"                 # local | http | harbor (| simulated, for tests)
+agent = "terminus-2"              # terminus-2 (| simulated: instant fake agents, for tests)
+
+[[models]]
+name = "openai/gpt-4.1"           # a litellm model name
+api_base = "https://…"            # optional
+api_key_env = "OPENAI_API_KEY"    # optional: the variable in the environment / .env
+model_info = { max_input_tokens = 128000, max_output_tokens = 16384 }
+
+[concurrency]
+sandboxes = 4                     # attempts running at once
+attempts_per_model = 2            # bounds concurrent LLM traffic per model
+grading_slots = 1                 # evaluations at once (one per GPU)
+
+[retry]
+rerun_failed = true               # rerun attempts that ended in an infrastructure failure
+max_tries = 3
+
+[[transfers]]                     # optional edges beyond the paper's four arms
+kind = "cross_model"              # source model's solo skill → target model's treatment
+source_model = "a"
+target_model = "b"
+
+[[transfers]]
+kind = "chain"                    # treatment skills become the next round's sources
+rounds = 2
+
+[[transfers]]
+kind = "edited_skill"             # a person's edited skill (ablation)
+problem = "p28"
+direction = "cute->tirx"
+skill_file = "skills/p28-edited.md"
+```
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KNOWN_SANDBOXES = ("local", "docker", "modal", "daytona")
+KNOWN_GRADING = ("local", "http", "harbor", "simulated")
+KNOWN_AGENTS = ("terminus-2", "simulated")
+DSLS = ("cute", "tirx")
+DIRECTIONS = ("cute->tirx", "tirx->cute")
+
+
+class ConfigError(ValueError):
+    """The experiment file is invalid; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    model_info: dict[str, Any] = field(default_factory=dict)
+    scenario: str | None = None  # for the scripted stand-in model: a scenario file
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class TransferEdge:
+    kind: str  # cross_model | chain | edited_skill
+    source_model: str | None = None
+    target_model: str | None = None
+    rounds: int = 1
+    problem: str | None = None
+    direction: str | None = None
+    skill_file: str | None = None
+    skill_text: str | None = None
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    sandboxes: int = 4
+    attempts_per_model: int = 2
+    grading_slots: int = 1
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str
+    id: str
+    models: tuple[ModelConfig, ...]
+    problems: tuple[str, ...] = ()
+    families: tuple[str, ...] = ()
+    dsls: tuple[str, ...] = DSLS
+    replicates: int = 1
+    budget_minutes: float = 40.0
+    max_submissions: int = 10
+    agent: str = "terminus-2"
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    sandbox: str = "local"
+    sandbox_options: dict[str, Any] = field(default_factory=dict)
+    grading: str = "local"
+    grading_options: dict[str, Any] = field(default_factory=dict)
+    concurrency: Concurrency = Concurrency()
+    rerun_failed: bool = True
+    max_tries: int = 3
+    transfers: tuple[TransferEdge, ...] = ()
+    source_text: str = ""
+    path: str = ""
+
+    @property
+    def budget_s(self) -> float:
+        return self.budget_minutes * 60.0
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+
+def _safe_id(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "experiment"
+
+
+def _expect(cond: bool, where: str, message: str) -> None:
+    if not cond:
+        raise ConfigError(f"{where}: {message}")
+
+
+def _str_list(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    _expect(
+        isinstance(value, list) and all(isinstance(v, str) and v for v in value),
+        where,
+        "must be a list of non-empty strings",
+    )
+    return tuple(value)
+
+
+def _positive_int(value: Any, where: str) -> int:
+    _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1, where,
+            "must be a whole number ≥ 1")
+    return int(value)
+
+
+_TOP_KEYS = {
+    "experiment", "models", "concurrency", "retry", "transfers", "sandbox", "grading", "agent",
+}
+_EXPERIMENT_KEYS = {
+    "name", "id", "problems", "families", "dsls", "replicates", "budget_minutes",
+    "max_submissions", "sandbox", "grading", "agent",
+}
+_MODEL_KEYS = {"name", "api_base", "api_key_env", "model_info", "scenario"}
+
+
+def parse_config(text: str, path: str = "<config>", *, check_problems: bool = True) -> (
+    ExperimentConfig
+):
+    """Parse and validate an experiment TOML text."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    unknown = set(data) - _TOP_KEYS
+    _expect(not unknown, path, f"unknown sections {sorted(unknown)}")
+    exp = data.get("experiment")
+    _expect(isinstance(exp, dict), path, "missing [experiment] section")
+    unknown = set(exp) - _EXPERIMENT_KEYS
+    _expect(not unknown, f"{path} [experiment]", f"unknown keys {sorted(unknown)}")
+    name = exp.get("name")
+    _expect(isinstance(name, str) and name.strip() != "", f"{path} [experiment].name",
+            "is required")
+    exp_id = exp.get("id", _safe_id(name))
+    _expect(isinstance(exp_id, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", exp_id) is not None,
+            f"{path} [experiment].id", "may use letters, digits, '.', '_' and '-' only")
+
+    raw_models = data.get("models")
+    _expect(isinstance(raw_models, list) and len(raw_models) > 0, path,
+            "at least one [[models]] entry is required")
+    models: list[ModelConfig] = []
+    for i, m in enumerate(raw_models):
+        where = f"{path} [[models]] #{i + 1}"
+        _expect(isinstance(m, dict), where, "must be a table")
+        unknown = set(m) - _MODEL_KEYS
+        _expect(not unknown, where, f"unknown keys {sorted(unknown)}")
+        _expect(isinstance(m.get("name"), str) and m["name"].strip() != "", where,
+                "name (a litellm model name) is required")
+        info = m.get("model_info", {})
+        _expect(isinstance(info, dict), where, "model_info must be a table")
+        models.append(
+            ModelConfig(
+                name=m["name"],
+                api_base=m.get("api_base"),
+                api_key_env=m.get("api_key_env"),
+                model_info=dict(info),
+                scenario=m.get("scenario"),
+            )
+        )
+    names = [m.name for m in models]
+    _expect(len(set(names)) == len(names), path, "model names must be distinct")
+
+    dsls = _str_list(exp.get("dsls", list(DSLS)), f"{path} [experiment].dsls")
+    bad = set(dsls) - set(DSLS)
+    _expect(not bad, f"{path} [experiment].dsls", f"unknown DSLs {sorted(bad)}; use cute, tirx")
+    problems = _str_list(exp.get("problems", []), f"{path} [experiment].problems") if (
+        "problems" in exp
+    ) else ()
+    families = _str_list(exp.get("families", []), f"{path} [experiment].families") if (
+        "families" in exp
+    ) else ()
+    replicates = _positive_int(exp.get("replicates", 1), f"{path} [experiment].replicates")
+    budget = exp.get("budget_minutes", 40)
+    _expect(isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0,
+            f"{path} [experiment].budget_minutes", "must be a positive number")
+    max_subs = exp.get("max_submissions", 10)
+    _expect(isinstance(max_subs, int) and not isinstance(max_subs, bool) and max_subs >= 0,
+            f"{path} [experiment].max_submissions", "must be a whole number ≥ 0")
+
+    sandbox = exp.get("sandbox", "local")
+    _expect(isinstance(sandbox, str) and (sandbox in KNOWN_SANDBOXES or ":" in sandbox),
+            f"{path} [experiment].sandbox",
+            f"must be one of {KNOWN_SANDBOXES} or an import path 'module:Class'")
+    grading = exp.get("grading", "local")
+    _expect(grading in KNOWN_GRADING, f"{path} [experiment].grading",
+            f"must be one of {KNOWN_GRADING}")
+    sandbox_options = data.get("sandbox", {})
+    agent = exp.get("agent", "terminus-2")
+    _expect(agent in KNOWN_AGENTS, f"{path} [experiment].agent",
+            f"must be one of {KNOWN_AGENTS} (simulated is for engine tests and benchmarks)")
+    agent_options = data.get("agent", {})
+    _expect(isinstance(agent_options, dict), f"{path} [agent]", "must be a table")
+    grading_options = data.get("grading", {})
+    _expect(isinstance(sandbox_options, dict), f"{path} [sandbox]", "must be a table")
+    _expect(isinstance(grading_options, dict), f"{path} [grading]", "must be a table")
+
+    conc = data.get("concurrency", {})
+    _expect(isinstance(conc, dict), f"{path} [concurrency]", "must be a table")
+    unknown = set(conc) - {"sandboxes", "attempts_per_model", "grading_slots"}
+    _expect(not unknown, f"{path} [concurrency]", f"unknown keys {sorted(unknown)}")
+    concurrency = Concurrency(
+        sandboxes=_positive_int(conc.get("sandboxes", 4), f"{path} [concurrency].sandboxes"),
+        attempts_per_model=_positive_int(
+            conc.get("attempts_per_model", 2), f"{path} [concurrency].attempts_per_model"
+        ),
+        grading_slots=_positive_int(
+            conc.get("grading_slots", 1), f"{path} [concurrency].grading_slots"
+        ),
+    )
+    retry = data.get("retry", {})
+    _expect(isinstance(retry, dict), f"{path} [retry]", "must be a table")
+    rerun_failed = retry.get("rerun_failed", True)
+    _expect(isinstance(rerun_failed, bool), f"{path} [retry].rerun_failed", "must be true/false")
+    max_tries = _positive_int(retry.get("max_tries", 3), f"{path} [retry].max_tries")
+
+    transfers = tuple(
+        _parse_transfer(t, f"{path} [[transfers]] #{i + 1}", names, Path(path).parent)
+        for i, t in enumerate(data.get("transfers", []))
+    )
+    config = ExperimentConfig(
+        name=name,
+        id=exp_id,
+        models=tuple(models),
+        problems=problems,
+        families=families,
+        dsls=dsls,
+        replicates=replicates,
+        budget_minutes=float(budget),
+        max_submissions=int(max_subs),
+        agent=agent,
+        agent_options=dict(agent_options),
+        sandbox=sandbox,
+        sandbox_options=dict(sandbox_options),
+        grading=grading,
+        grading_options=dict(grading_options),
+        concurrency=concurrency,
+        rerun_failed=rerun_failed,
+        max_tries=max_tries,
+        transfers=transfers,
+        source_text=text,
+        path=path,
+    )
+    if check_problems:
+        _check_problems(config)
+    return config
+
+
+def _parse_transfer(raw: Any, where: str, models: list[str], base: Path) -> TransferEdge:
+    _expect(isinstance(raw, dict), where, "must be a table")
+    kind = raw.get("kind")
+    _expect(kind in ("cross_model", "chain", "edited_skill"), where,
+            "kind must be cross_model, chain or edited_skill")
+    if kind == "cross_model":
+        for key in ("source_model", "target_model"):
+            _expect(raw.get(key) in models, where, f"{key} must name a model in [[models]]")
+        _expect(raw["source_model"] != raw["target_model"], where,
+                "source_model and target_model must differ")
+        return TransferEdge(kind, source_model=raw["source_model"],
+                            target_model=raw["target_model"])
+    if kind == "chain":
+        rounds = _positive_int(raw.get("rounds", 2), f"{where}.rounds")
+        _expect(rounds >= 2, f"{where}.rounds", "a chain needs at least 2 rounds")
+        return TransferEdge(kind, rounds=rounds)
+    _expect(isinstance(raw.get("problem"), str), where, "problem is required")
+    _expect(raw.get("direction") in DIRECTIONS, where, f"direction must be one of {DIRECTIONS}")
+    model = raw.get("model", models[0])
+    _expect(model in models, where, "model must name a model in [[models]]")
+    text = raw.get("skill_text")
+    file = raw.get("skill_file")
+    _expect((text is None) != (file is None), where, "give exactly one of skill_file, skill_text")
+    if file is not None:
+        p = (base / file) if not Path(file).is_absolute() else Path(file)
+        _expect(p.is_file(), where, f"skill_file {file!r} not found")
+        text = p.read_text(encoding="utf-8")
+    _expect(isinstance(text, str) and text.strip() != "", where, "the edited skill is blank")
+    return TransferEdge(kind, target_model=model, problem=raw["problem"],
+                        direction=raw["direction"], skill_file=file, skill_text=text)
+
+
+def _check_problems(config: ExperimentConfig) -> None:
+    from problems.registry import catalog
+
+    cat = catalog()
+    try:
+        chosen = select_problems(config)
+    except KeyError as exc:
+        raise ConfigError(f"{config.path} [experiment].problems: {exc.args[0]}") from exc
+    _expect(len(chosen) > 0, config.path, "no problem matches the problems/families selection")
+    for edge in config.transfers:
+        if edge.problem is not None:
+            try:
+                cat.get(edge.problem)
+            except KeyError as exc:
+                raise ConfigError(f"{config.path} [[transfers]]: {exc.args[0]}") from exc
+
+
+def select_problems(config: ExperimentConfig) -> list[str]:
+    """The problem ids an experiment covers (ids, slugs or globs, then family filters)."""
+    from problems.registry import catalog
+
+    cat = catalog()
+    chosen = cat.select(config.problems or None)
+    if config.families:
+        fams = {p.id for fam in config.families for p in cat.select(None, family=fam)}
+        chosen = [p for p in chosen if p.id in fams]
+    return [p.id for p in chosen]
+
+
+def load_config(path: str | Path, *, check_problems: bool = True) -> ExperimentConfig:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
+    return parse_config(text, str(p), check_problems=check_problems)

@@ -1,0 +1,103 @@
+"""Build the attempt runner and grading backend an experiment config asks for.
+
+Imports are lazy so a config that uses simulated parts never loads Harbor or the grader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.config import ExperimentConfig
+from engine.grading.api import GradingBackend
+from engine.scheduler import AttemptJob, AttemptResult, AttemptRunner
+
+SANDBOX_IMPORT_PATHS = {
+    "local": "engine.sandbox.local_ns:LocalNamespaceEnvironment",
+    "docker": "docker",
+    "modal": "modal",
+    "daytona": "daytona",
+}
+
+
+def make_backend(config: ExperimentConfig) -> GradingBackend:
+    """The grading backend named by ``[experiment].grading`` with ``[grading]`` options."""
+    options = dict(config.grading_options)
+    if config.grading == "simulated":
+        from engine.simulated import SimulatedBackend
+
+        return SimulatedBackend()
+    if config.grading == "local":
+        from engine.grading.local import LocalBackend
+
+        return LocalBackend(**options)  # type: ignore[no-any-return]
+    if config.grading == "http":
+        from engine.grading.http_client import HttpBackend
+
+        return HttpBackend(**options)  # type: ignore[no-any-return]
+    from engine.grading.harbor_backend import HarborBackend
+
+    return HarborBackend(**options)  # type: ignore[no-any-return]
+
+
+class Terminus2Runner:
+    """Adapts :func:`engine.attempts.agent.run_attempt` to the scheduler's runner interface."""
+
+    def __init__(self, config: ExperimentConfig) -> None:
+        self.config = config
+
+    async def __call__(
+        self, job: AttemptJob, backend: GradingBackend, observer: Any
+    ) -> AttemptResult:
+        from engine.attempts.agent import run_attempt
+        from engine.attempts.spec import AttemptSpec, ModelSpec
+
+        node = job.node
+        extra: dict[str, Any] = {}
+        if job.model.scenario:
+            extra["scenario"] = job.model.scenario
+        spec = AttemptSpec(
+            attempt_id=str(job.attempt_id),
+            problem_id=node.problem_id,
+            dsl=node.dsl,
+            model=ModelSpec(
+                name=job.model.name,
+                api_base=job.model.api_base,
+                api_key_env=job.model.api_key_env,
+                model_info=job.model.model_info or None,
+                extra=extra,
+            ),
+            work_dir=job.work_dir,
+            budget_s=int(job.budget_s),
+            max_submissions=job.max_submissions,
+            source_skill=job.source_skill,
+            transfer_from=("cute" if node.dsl == "tirx" else "tirx") if node.is_treatment
+            else None,
+            environment_import_path=SANDBOX_IMPORT_PATHS.get(job.sandbox, job.sandbox),
+            environment_kwargs=dict(job.sandbox_options),
+            max_tries=self.config.max_tries,
+        )
+        outcome = await run_attempt(spec, backend, observer)
+        state = outcome.state if outcome.state in ("finished", "failed", "interrupted") else (
+            "failed")
+        return AttemptResult(
+            state=state,
+            final=outcome.final_feedback,
+            skill=outcome.skill,
+            final_source=outcome.final_source,
+            submissions_used=outcome.submissions_used,
+            tokens_in=outcome.input_tokens,
+            tokens_out=outcome.output_tokens,
+            cost_usd=outcome.cost_usd or 0.0,
+            agent_seconds=outcome.agent_seconds,
+            error=outcome.error,
+            retryable=False,
+        )
+
+
+def make_runner(config: ExperimentConfig) -> AttemptRunner:
+    if config.agent == "simulated":
+        from engine.simulated import SimulatedRunner
+
+        options = {"submissions": config.max_submissions, **config.agent_options}
+        return SimulatedRunner(**options)
+    return Terminus2Runner(config)
