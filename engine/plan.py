@@ -72,10 +72,22 @@ class Plan:
     comparisons: tuple[ComparisonSpec, ...]
 
     def node(self, key: str) -> PlanNode:
-        for n in self.nodes:
-            if n.key == key:
-                return n
-        raise KeyError(key)
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = {n.key: n for n in self.nodes}
+            object.__setattr__(self, "_index", index)
+        return index[key]
+
+    def comparisons_touching(self, key: str) -> list[ComparisonSpec]:
+        """Comparisons in which the attempt ``key`` is the source, baseline or treatment."""
+        index = self.__dict__.get("_by_member")
+        if index is None:
+            index = {}
+            for c in self.comparisons:
+                for member in (c.source_key, c.baseline_key, c.treatment_key):
+                    index.setdefault(member, []).append(c)
+            object.__setattr__(self, "_by_member", index)
+        return list(index.get(key, []))
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -272,11 +272,11 @@ class Engine:
         ran = skipped = 0
         interrupted = False
 
+        running_keys: set[str] = set()
+
         def ready(node: PlanNode) -> bool:
-            if node.source_key is None or node.source_key not in self.ids:
-                return True
-            src = self.plan.node(node.source_key)
-            return src.key not in todo and src.key not in {n.key for n in running.values()}
+            src = node.source_key
+            return src is None or (src not in todo and src not in running_keys)
 
         try:
             while todo or running:
@@ -298,6 +298,7 @@ class Engine:
                     started_order[node.model] = time.monotonic()
                     task = asyncio.create_task(self._run_node(node), name=node.key)
                     running[task] = node
+                    running_keys.add(node.key)
                     candidates = [
                         n for n in candidates
                         if per_model.get(n.model, 0) < self.config.concurrency.attempts_per_model
@@ -309,6 +310,7 @@ class Engine:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     node = running.pop(task)
+                    running_keys.discard(node.key)
                     per_model[node.model] -= 1
                     result = task.result()
                     if result == "skipped":
@@ -453,9 +455,8 @@ class Engine:
         await self._comparisons_for(node)
 
     async def _comparisons_for(self, node: PlanNode) -> None:
-        for spec in self.plan.comparisons:
-            if node.key in (spec.source_key, spec.baseline_key, spec.treatment_key):
-                await self._update_comparison(spec)
+        for spec in self.plan.comparisons_touching(node.key):
+            await self._update_comparison(spec)
 
     async def _update_comparison(self, spec: ComparisonSpec) -> None:
         def compute(db: Any) -> None:
