@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -39,16 +40,35 @@ sandboxes = 4
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(config: Path, db: Path, kill_after: float | None = None) -> int:
+def _events(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def run_cli(config: Path, db: Path, kill_at_events: int | None = None) -> int:
+    """Run `mkb run`; with ``kill_at_events``, SIGKILL it once that many more events exist."""
     cmd = [sys.executable, "-m", "app.cli", "run", str(config), "--db", str(db), "--json"]
+    start_events = _events(db)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if kill_after is None:
+    if kill_at_events is None:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()[-2000:]
         return proc.returncode
-    time.sleep(kill_after)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if _events(db) - start_events >= kill_at_events:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    proc.wait(timeout=60)
     return proc.returncode
 
 
@@ -83,7 +103,7 @@ def test_kill_nine_then_rerun_matches_uninterrupted(tmp_path: Path) -> None:
     rng = random.Random(20261202)
     kills = 0
     for _ in range(3):
-        rc = run_cli(config, crashed_db, kill_after=rng.uniform(1.5, 4.0))
+        rc = run_cli(config, crashed_db, kill_at_events=rng.randint(20, 120))
         kills += rc == -signal.SIGKILL
     assert kills >= 1, "the run finished before any kill: make the agents slower"
     conn = open_db(crashed_db)

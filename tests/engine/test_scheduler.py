@@ -47,7 +47,8 @@ async def test_full_run_resolves_every_comparison(db_path: Path) -> None:
     with Store(db_path) as store:
         summary = await Engine(store, config, SimulatedRunner(submissions=3),
                                SimulatedBackend()).run()
-        assert summary.attempts == 24 and summary.by_state.get("finished", 0) + summary.skipped == 24
+        assert summary.attempts == 24
+        assert summary.by_state.get("finished", 0) + summary.skipped == 24
         comps = store.read_sync(queries.comparisons, config.id)
         assert len(comps) == 12 and all(c.resolved for c in comps)
         for c in comps:
