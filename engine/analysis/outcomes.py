@@ -1,0 +1,196 @@
+"""Attempt outcomes as the analysis sees them, from a JSON-lines file or the store.
+
+One row per attempt::
+
+    {"model", "problem", "family", "dsl": "cute"|"tirx", "arm": "solo"|"skill",
+     "replicate": int, "passed": bool, "runtime_ms": float|null,
+     "ref_runtime_ms": float|null, "skill_blank": bool}
+
+For a ``skill`` row, ``dsl`` is the target DSL. ``skill_blank`` is meaningful on solo rows: a
+missing or blank skill makes the reverse-direction treatment skipped. Optional keys:
+``flags`` (list of strings, for exclusion rules), ``tokens``, ``cost_usd``, ``agent_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.analysis.paired import SPEEDUP_CAP
+
+DSLS = ("cute", "tirx")
+DIRECTIONS = ("cute->tirx", "tirx->cute")
+
+
+class OutcomeError(ValueError):
+    """A malformed outcome row; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    model: str
+    problem: str
+    family: str
+    dsl: str
+    arm: str  # "solo" | "skill"
+    replicate: int
+    passed: bool
+    runtime_ms: float | None
+    ref_runtime_ms: float | None
+    skill_blank: bool = False
+    flags: tuple[str, ...] = ()
+    tokens: int = 0
+    cost_usd: float = 0.0
+    agent_seconds: float = 0.0
+    preview: bool = False
+
+    @property
+    def speedup(self) -> float | None:
+        """Eager / implementation median, capped at 100× (None unless passing with times)."""
+        if not self.passed or not self.runtime_ms or not self.ref_runtime_ms:
+            return None
+        return min(self.ref_runtime_ms / self.runtime_ms, SPEEDUP_CAP)
+
+
+@dataclass
+class OutcomeSet:
+    rows: list[Outcome] = field(default_factory=list)
+    preview: bool = False  # computed from CPU preview verdicts: label every table PREVIEW
+
+
+def _number(value: Any, where: str, key: str, *, allow_none: bool = True) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OutcomeError(f"{where}: {key} must be a number{' or null' if allow_none else ''}")
+    if not math.isfinite(value) or value <= 0:
+        raise OutcomeError(f"{where}: {key} must be a positive finite number")
+    return float(value)
+
+
+def parse_row(data: Any, where: str) -> Outcome:
+    """Validate one JSON object into an :class:`Outcome`."""
+    if not isinstance(data, dict):
+        raise OutcomeError(f"{where}: expected a JSON object")
+    for key in ("model", "problem", "dsl", "arm", "replicate", "passed"):
+        if key not in data:
+            raise OutcomeError(f"{where}: missing key {key!r}")
+    for key in ("model", "problem"):
+        if not isinstance(data[key], str) or not data[key]:
+            raise OutcomeError(f"{where}: {key} must be a non-empty string")
+    if data["dsl"] not in DSLS:
+        raise OutcomeError(f"{where}: dsl must be 'cute' or 'tirx'")
+    if data["arm"] not in ("solo", "skill"):
+        raise OutcomeError(f"{where}: arm must be 'solo' or 'skill'")
+    rep = data["replicate"]
+    if isinstance(rep, bool) or not isinstance(rep, int):
+        raise OutcomeError(f"{where}: replicate must be an integer")
+    if not isinstance(data["passed"], bool):
+        raise OutcomeError(f"{where}: passed must be true or false")
+    runtime = _number(data.get("runtime_ms"), where, "runtime_ms")
+    ref = _number(data.get("ref_runtime_ms"), where, "ref_runtime_ms")
+    if data["passed"] and runtime is None:
+        raise OutcomeError(f"{where}: a passing attempt needs runtime_ms")
+    blank = data.get("skill_blank", False)
+    if not isinstance(blank, bool):
+        raise OutcomeError(f"{where}: skill_blank must be true or false")
+    flags = data.get("flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise OutcomeError(f"{where}: flags must be a list of strings")
+    return Outcome(
+        model=data["model"],
+        problem=data["problem"],
+        family=str(data.get("family") or "unknown"),
+        dsl=data["dsl"],
+        arm=data["arm"],
+        replicate=rep,
+        passed=data["passed"],
+        runtime_ms=runtime,
+        ref_runtime_ms=ref,
+        skill_blank=blank,
+        flags=tuple(flags),
+        tokens=int(data.get("tokens") or 0),
+        cost_usd=float(data.get("cost_usd") or 0.0),
+        agent_seconds=float(data.get("agent_seconds") or 0.0),
+    )
+
+
+def load_jsonl(path: str | Path) -> OutcomeSet:
+    """Read an outcomes file; a malformed line raises :class:`OutcomeError` naming it."""
+    p = Path(path)
+    rows: list[Outcome] = []
+    seen: set[tuple[str, str, str, str, int]] = set()
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise OutcomeError(f"{p}: cannot read: {exc.strerror}") from exc
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{p}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise OutcomeError(f"{where}: not valid JSON ({exc.msg})") from exc
+        row = parse_row(data, where)
+        key = (row.model, row.problem, row.dsl, row.arm, row.replicate)
+        if key in seen:
+            raise OutcomeError(f"{where}: duplicate attempt {key}")
+        seen.add(key)
+        rows.append(row)
+    return OutcomeSet(rows)
+
+
+def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
+    """The paper's four arms of an experiment (round 1, no variants) as outcome rows."""
+    from storage import queries
+
+    experiments = [e.id for e in queries.experiments(db)]
+    if experiment_id is None:
+        if not experiments:
+            return OutcomeSet([])
+        experiment_id = experiments[0]  # the newest
+    exp = queries.experiment(db, experiment_id)
+    if exp is None:
+        raise OutcomeError(f"no experiment {experiment_id!r} in the database")
+    rows: list[Outcome] = []
+    for a in queries.attempts_for_experiment(db, experiment_id):
+        if a.variant or a.round > 1 or a.state not in ("finished", "failed"):
+            continue
+        solo = a.arm.startswith("solo")
+        skill = queries.latest_skill(db, a.id)
+        blank = skill is None or not skill.text.strip()
+        rows.append(Outcome(
+            model=a.model,
+            problem=a.problem_id,
+            family=a.family or "unknown",
+            dsl=a.dsl,
+            arm="solo" if solo else "skill",
+            replicate=a.replicate,
+            passed=a.outcome in ("pass", "preview"),
+            runtime_ms=a.impl_median_ms,
+            ref_runtime_ms=a.eager_median_ms,
+            skill_blank=blank if solo else False,
+            tokens=a.tokens_in + a.tokens_out,
+            cost_usd=a.cost_usd,
+            agent_seconds=a.agent_seconds,
+            preview=a.outcome == "preview",
+        ))
+    return OutcomeSet(rows, preview=bool(exp.preview) or any(r.preview for r in rows))
+
+
+def to_jsonl(outcomes: OutcomeSet) -> str:
+    """Serialise rows in the ``--outcomes`` format (round-trips through :func:`parse_row`)."""
+    lines = []
+    for r in outcomes.rows:
+        lines.append(json.dumps({
+            "model": r.model, "problem": r.problem, "family": r.family, "dsl": r.dsl,
+            "arm": r.arm, "replicate": r.replicate, "passed": r.passed,
+            "runtime_ms": r.runtime_ms, "ref_runtime_ms": r.ref_runtime_ms,
+            "skill_blank": r.skill_blank, "flags": list(r.flags), "tokens": r.tokens,
+            "cost_usd": r.cost_usd, "agent_seconds": r.agent_seconds,
+        }))
+    return "\n".join(lines) + ("\n" if lines else "")
