@@ -48,7 +48,7 @@ class Terminus2Runner:
     async def __call__(
         self, job: AttemptJob, backend: GradingBackend, observer: Any
     ) -> AttemptResult:
-        from engine.attempts.agent import run_attempt
+        from engine.attempts.runner import run_attempt
         from engine.attempts.spec import AttemptSpec, ModelSpec
 
         node = job.node
