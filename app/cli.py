@@ -55,4 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the module under its package name so command handlers and this dispatcher share
+    # one UsageError class (``python -m app.cli`` would otherwise load this file twice)
+    from app.cli import main as package_main
+
+    sys.exit(package_main())

@@ -1,0 +1,153 @@
+"""How long grading spends around a submission: static rules, cold vs warm workers, phases.
+
+    PYTHONPATH=. python3 benchmarks/grading_overhead.py [--device auto|cpu|cuda] [--repeats 5]
+
+Grades an honest plain-torch p28 submission (tests/grading/fixtures/honest/p28_plain.py)
+with the DSL checks off (it launches no DSL kernel), so the figures are the harness's own
+cost: the static check, a fresh ``python -m engine.grading.worker`` per evaluation (cold),
+a warm parent that forks a child per evaluation (warm), each phase inside the child, and the
+timer floor (timing a call that does nothing). CPU preview uses the smoke workload and fewer
+calls; on a GPU the full workload and the contract's counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from engine.grading.api import GradeRequest  # noqa: E402
+from engine.grading.evaluate import EvalConfig, grade_in_subprocess, resolve_device  # noqa: E402
+from engine.grading.local import LocalBackend  # noqa: E402
+from engine.grading.rules import check_source  # noqa: E402
+
+SUBMISSION = REPO / "tests" / "grading" / "fixtures" / "honest" / "p28_plain.py"
+
+
+def static_rules_ms(source: str, repeats: int = 20) -> dict[str, float]:
+    big = source + "\n" + "\n".join(f"x_{i} = {i} * 2  # filler" for i in range(9000))
+    out = {}
+    for label, text in (("typical", source), (f"{len(big.encode()) // 1024} kB", big)):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            check_source(text)
+            times.append((time.perf_counter() - start) * 1e3)
+        out[label] = statistics.median(times)
+    return out
+
+
+def timer_floor_ms(device: str, calls: int = 50) -> float:
+    from engine.grading.timing import CpuTimer, CudaTimer
+
+    timer = CudaTimer() if device == "cuda" else CpuTimer()
+    samples = [timer.time_call(lambda: None, ())[1] for _ in range(calls + 10)][10:]
+    return statistics.median(samples)
+
+
+def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    walls = [r["wall_s"] for r in runs]
+    phases: dict[str, list[float]] = {}
+    for r in runs:
+        for k, v in r["timings_s"].items():
+            phases.setdefault(k, []).append(v)
+    return {
+        "verdicts": sorted({r["verdict"] for r in runs}),
+        "wall_median_s": statistics.median(walls),
+        "wall_min_s": min(walls),
+        "phases_median_s": {k: round(statistics.median(v), 4) for k, v in phases.items()},
+        "impl_median_ms": statistics.median(r["impl_ms"] for r in runs if r["impl_ms"]),
+        "eager_median_ms": statistics.median(r["eager_ms"] for r in runs if r["eager_ms"]),
+    }
+
+
+def run_cold(request: GradeRequest, config: EvalConfig, device: str, n: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fb = grade_in_subprocess(request, config, device)
+        runs.append(
+            {
+                "wall_s": time.perf_counter() - start,
+                "verdict": fb.verdict,
+                "timings_s": fb.timings_s,
+                "impl_ms": fb.impl_median_ms,
+                "eager_ms": fb.eager_median_ms,
+            }
+        )
+    return summarize_runs(runs)
+
+
+async def run_warm(request: GradeRequest, config: EvalConfig, device: str, n: int) -> dict:
+    backend = LocalBackend(gpus=[0] if device == "cuda" else None, config=config)
+    start = time.perf_counter()
+    await backend.start()
+    startup = time.perf_counter() - start
+    runs = []
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            fb = await backend.grade(request)
+            runs.append(
+                {
+                    "wall_s": time.perf_counter() - start,
+                    "verdict": fb.verdict,
+                    "timings_s": fb.timings_s,
+                    "impl_ms": fb.impl_median_ms,
+                    "eager_ms": fb.eager_median_ms,
+                }
+            )
+    finally:
+        await backend.close()
+    return {"warm_parent_start_s": startup, **summarize_runs(runs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    source = SUBMISSION.read_text()
+    request = GradeRequest("p28", "cute", source, device=device)
+    config = EvalConfig(dsl_checks=False)
+    report = {
+        "device": device,
+        "static_rules_ms": static_rules_ms(source),
+        "cold": run_cold(request, config, device, args.repeats),
+        "warm": asyncio.run(run_warm(request, config, device, args.repeats)),
+        "timer_floor_ms": timer_floor_ms(device),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"grading overhead on {device} ({args.repeats} evaluations each)")
+    for label, ms in report["static_rules_ms"].items():
+        print(f"  static rules, {label} source: {ms:.2f} ms")
+    for mode in ("cold", "warm"):
+        r = report[mode]
+        extra = f", warm parent start {r['warm_parent_start_s']:.2f} s" if mode == "warm" else ""
+        print(
+            f"  {mode}: wall median {r['wall_median_s']:.2f} s (min {r['wall_min_s']:.2f})"
+            f"{extra}; verdicts {r['verdicts']}"
+        )
+        print(f"    phases (median s): {r['phases_median_s']}")
+        print(
+            f"    impl median {r['impl_median_ms']:.4g} ms, eager median "
+            f"{r['eager_median_ms']:.4g} ms"
+        )
+    print(f"  timer floor (a call that does nothing): {report['timer_floor_ms'] * 1e3:.1f} µs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

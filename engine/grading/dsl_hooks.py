@@ -1,0 +1,185 @@
+"""Launch counting and bypass for CuTe DSL and TIRx, hooked at their Python call paths.
+
+Hook points (research-dsl.md §4): CuTe's ``JitExecutor.run_compiled_program`` (every launch
+of a compiled function, direct ``@cute.jit`` calls included), ``JitCompiledFunction.
+run_compiled_program`` (first call, before the cubin loads) and the TVM-FFI provider's
+``__call__``; TIRx's ``tvm_ffi.Module.get_function`` (functions of modules whose import tree
+holds CUDA code are wrapped). With ``bypass`` on, hooked calls return without launching.
+
+The DSLs are optional: :func:`install` returns ``None`` when the DSL cannot be imported, and
+nothing here is imported at module load, so this file imports cleanly anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class LaunchCounter:
+    """Host-side DSL launches seen so far, and the bypass switch."""
+
+    dsl: str
+    count: int = 0
+    bypass: bool = False
+    labels: list[str] = field(default_factory=list)
+    kernel_names: set[str] = field(default_factory=set)
+    _patches: list[tuple[Any, str, Any]] = field(default_factory=list)
+
+    def record(self, label: str) -> None:
+        self.count += 1
+        if len(self.labels) < 64:
+            self.labels.append(label)
+
+    def intact(self) -> bool:
+        """True while every installed hook is still in place (a submission may not undo them)."""
+        return all(getattr(owner, name, None) is hook for owner, name, hook in self._patches)
+
+    def patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> bool:
+        original = getattr(owner, name, None)
+        if original is None:
+            return False
+        hook = make(original)
+        setattr(owner, name, hook)
+        self._patches.append((owner, name, hook))
+        return True
+
+    def uninstall(self) -> None:
+        for owner, name, hook in reversed(self._patches):
+            original = getattr(hook, "__wrapped__", None)
+            if original is not None:
+                setattr(owner, name, original)
+        self._patches.clear()
+
+
+def _find(paths: list[str], attr: str) -> Any:
+    for path in paths:
+        try:
+            module = importlib.import_module(path)
+        except Exception:  # noqa: BLE001 - absent or broken optional module
+            continue
+        found = getattr(module, attr, None)
+        if found is not None:
+            return found
+    return None
+
+
+def _counting_method(counter: LaunchCounter, label: str) -> Callable[[Any], Any]:
+    def make(original: Any) -> Any:
+        def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.record(label)
+            if counter.bypass:
+                return None
+            return original(self, *args, **kwargs)
+
+        hooked.__wrapped__ = original  # type: ignore[attr-defined]
+        return hooked
+
+    return make
+
+
+def _install_cute(counter: LaunchCounter) -> bool:
+    try:
+        importlib.import_module("cutlass.cute")
+    except Exception:  # noqa: BLE001
+        return False
+    hooked = False
+    executor = _find(["cutlass.base_dsl.jit_executor"], "JitExecutor")
+    if executor is not None:
+        hooked |= counter.patch(executor, "run_compiled_program", _counting_method(counter, "cute"))
+    compiled = _find(
+        ["cutlass.base_dsl.jit_executor", "cutlass.base_dsl.compiled_function"],
+        "JitCompiledFunction",
+    )
+    if compiled is not None:
+        # First calls go through here before the executor; count once by bypassing only.
+        def make_first(original: Any) -> Any:
+            def hooked_first(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if counter.bypass:
+                    counter.record("cute-first")
+                    return None
+                return original(self, *args, **kwargs)
+
+            hooked_first.__wrapped__ = original  # type: ignore[attr-defined]
+            return hooked_first
+
+        counter.patch(compiled, "run_compiled_program", make_first)
+
+        def make_init(original: Any) -> Any:
+            def hooked_init(self: Any, *args: Any, **kwargs: Any) -> Any:
+                original(self, *args, **kwargs)
+                info = getattr(self, "kernel_info", None)
+                if isinstance(info, dict):
+                    counter.kernel_names.update(str(k) for k in info)
+
+            hooked_init.__wrapped__ = original  # type: ignore[attr-defined]
+            return hooked_init
+
+        counter.patch(compiled, "__init__", make_init)
+    for cls_name in ("TVMFFIJitCompiledFunction", "TVMFFIJitCompiledFunctionWithKwargs"):
+        cls = _find(["cutlass.cutlass_dsl.tvm_ffi_provider"], cls_name)
+        if cls is not None and "__call__" in vars(cls):
+            hooked |= counter.patch(cls, "__call__", _counting_method(counter, "cute-tvmffi"))
+    return hooked
+
+
+def _install_tirx(counter: LaunchCounter) -> bool:
+    try:
+        tvm_ffi = importlib.import_module("tvm_ffi")
+        importlib.import_module("tvm")
+    except Exception:  # noqa: BLE001
+        return False
+    module_cls = getattr(tvm_ffi, "Module", None)
+    if module_cls is None:
+        return False
+
+    def has_cuda(mod: Any) -> bool:
+        try:
+            if getattr(mod, "kind", None) == "cuda":
+                return True
+            found = mod._collect_from_import_tree(lambda m: m.kind == "cuda")
+            return bool(found)
+        except Exception:  # noqa: BLE001 - treat unknown modules as host code
+            return False
+
+    def make(original: Any) -> Any:
+        def get_function(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+            fn = original(self, name, *args, **kwargs)
+            if fn is None or not has_cuda(self):
+                return fn
+
+            def launch(*call_args: Any, **call_kwargs: Any) -> Any:
+                counter.record(f"tirx:{name}")
+                if counter.bypass:
+                    return None
+                return fn(*call_args, **call_kwargs)
+
+            return launch
+
+        get_function.__wrapped__ = original  # type: ignore[attr-defined]
+        return get_function
+
+    return counter.patch(module_cls, "get_function", make)
+
+
+def install(dsl: str) -> LaunchCounter | None:
+    """Install the hooks for ``dsl`` ("cute" or "tirx"); None when the DSL is not importable."""
+    counter = LaunchCounter(dsl)
+    installer = {"cute": _install_cute, "tirx": _install_tirx}.get(dsl)
+    if installer is None:
+        raise ValueError(f"unknown DSL {dsl!r}")
+    return counter if installer(counter) else None
+
+
+def dsl_available(dsl: str) -> bool:
+    """Whether the DSL's Python package imports on this host (without installing hooks)."""
+    roots = {"cute": ("cutlass.cute",), "tirx": ("tvm", "tvm_ffi")}[dsl]
+    try:
+        for root in roots:
+            importlib.import_module(root)
+    except Exception:  # noqa: BLE001
+        return False
+    return True

@@ -1,0 +1,138 @@
+"""The http backend: a client pool over several ``mkb grader serve`` hosts.
+
+Each request goes to the least busy host (ties in turn); a transient failure (connection
+error, timeout, HTTP 5xx/429, or an "error" verdict such as a grading worker that died) is
+retried on the next host, up to ``tries`` attempts in all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import aiohttp
+
+from engine.grading.api import Feedback, GradeRequest
+
+RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+
+
+class HttpBackend:
+    """Grades through remote grading services."""
+
+    name = "http"
+
+    def __init__(
+        self,
+        urls: list[str],
+        token: str | None = None,
+        tries: int = 3,
+        timeout_s: float = 3600.0,
+        connect_timeout_s: float = 10.0,
+        backoff_s: float = 0.5,
+    ) -> None:
+        if not urls:
+            raise ValueError("the http backend needs at least one grader URL")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.token = token
+        self.tries = max(1, tries)
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+        self.backoff_s = backoff_s
+        self.in_flight = dict.fromkeys(self.urls, 0)
+        self.failures = dict.fromkeys(self.urls, 0)
+        self._turn = itertools.count()
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def _session_now(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        return self._session
+
+    def order(self) -> list[str]:
+        """Hosts to try, least busy (and least failing) first, rotating among equals."""
+        turn = next(self._turn)
+        rotated = self.urls[turn % len(self.urls) :] + self.urls[: turn % len(self.urls)]
+        return sorted(rotated, key=lambda u: (self.in_flight[u], self.failures[u]))
+
+    async def grade(self, request: GradeRequest) -> Feedback:
+        hosts = self.order()
+        problems: list[str] = []
+        for attempt in range(self.tries):
+            url = hosts[attempt % len(hosts)]
+            if attempt:
+                await asyncio.sleep(self.backoff_s * attempt)
+            self.in_flight[url] += 1
+            try:
+                feedback, transient = await self._post(url, request)
+            except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+                feedback, transient = None, f"{type(exc).__name__}: {exc}"
+            finally:
+                self.in_flight[url] -= 1
+            if transient is None and feedback is not None:
+                self.failures[url] = 0
+                return feedback
+            self.failures[url] += 1
+            problems.append(f"{url}: {transient}")
+            if feedback is not None and not _retryable(feedback):
+                return feedback
+        return Feedback(
+            "error",
+            "crash",
+            f"grading failed after {self.tries} tries: " + "; ".join(problems),
+            request.request_id,
+            request.problem_id,
+            request.dsl,
+        )
+
+    async def _post(self, url: str, request: GradeRequest) -> tuple[Feedback | None, str | None]:
+        """(feedback, None) on an answer; (feedback or None, why) on a transient failure."""
+        session = self._session_now()
+        async with session.post(
+            f"{url}/grade", json=request.to_dict(), headers=self._headers()
+        ) as resp:
+            if resp.status in RETRYABLE_STATUS:
+                return None, f"HTTP {resp.status}"
+            if resp.status != 200:
+                text = await resp.text()
+                fb = Feedback(
+                    "error",
+                    "usage",
+                    f"grader answered HTTP {resp.status}: {text}",
+                    request.request_id,
+                    request.problem_id,
+                    request.dsl,
+                )
+                return fb, f"HTTP {resp.status}"
+            feedback = Feedback.from_dict(await resp.json())
+        if feedback.verdict == "error" and _retryable(feedback):
+            return feedback, f"error verdict: {feedback.message}"
+        return feedback, None
+
+    async def status(self) -> dict[str, Any]:
+        """Each host's /status answer (or the error reaching it)."""
+        session = self._session_now()
+
+        async def one(url: str) -> tuple[str, Any]:
+            try:
+                async with session.get(f"{url}/status", headers=self._headers()) as resp:
+                    return url, await resp.json() if resp.status == 200 else {
+                        "error": f"HTTP {resp.status}"
+                    }
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return url, {"error": f"{type(exc).__name__}: {exc}"}
+
+        return dict(await asyncio.gather(*(one(u) for u in self.urls)))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _retryable(feedback: Feedback) -> bool:
+    """Infrastructure errors are retried elsewhere; verdicts on the submission are final."""
+    return feedback.verdict == "error" and feedback.reason != "usage"

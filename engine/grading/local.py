@@ -1,0 +1,282 @@
+"""The local backend: grading children on this host, one evaluation per GPU at a time.
+
+Each slot (one per GPU, pinned with ``CUDA_VISIBLE_DEVICES``; or ``preview_slots`` CPU
+slots on a host without GPUs) owns a warm parent (:mod:`engine.grading.zygote`) that imported
+torch, the catalog and the DSLs once and forks a fresh child per evaluation. With
+``warm=False`` every evaluation starts a new ``python -m engine.grading.worker`` instead.
+Requests wait in FIFO order for a free slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from typing import Any
+
+from engine.grading.api import Feedback, GradeRequest
+from engine.grading.evaluate import (
+    EvalConfig,
+    feedback_from,
+    gpu_count,
+    make_job,
+    request_problem,
+    static_feedback,
+)
+from engine.grading.rules import check_source
+from engine.grading.supervise import REPO_ROOT, Limits, Outcome, child_env, kill_group
+from engine.grading.supervise import run_subprocess as _run_subprocess
+
+STREAM_LIMIT = 64 * 1024 * 1024
+
+
+class WorkerDied(RuntimeError):
+    """The warm parent of a slot died or stopped answering."""
+
+
+class WarmParent:
+    """One ``engine.grading.zygote`` process and its JSON-lines control channel."""
+
+    def __init__(self, env: dict[str, str], preload_dsls: bool = True, start_timeout_s=600.0):
+        self.env = env
+        self.preload_dsls = preload_dsls
+        self.start_timeout_s = start_timeout_s
+        self.proc: asyncio.subprocess.Process | None = None
+        self.ready: dict[str, Any] = {}
+        self.child_pid: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        args = [sys.executable, "-m", "engine.grading.zygote"]
+        if not self.preload_dsls:
+            args.append("--no-dsls")
+        self.proc = await asyncio.create_subprocess_exec(
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=self.env,
+            cwd=str(REPO_ROOT),
+            limit=STREAM_LIMIT,
+            start_new_session=True,
+        )
+        message = await self._read(self.start_timeout_s)
+        if message.get("kind") != "ready":
+            raise WorkerDied(f"warm parent sent {message!r} instead of ready")
+        self.ready = message
+
+    async def _read(self, timeout: float) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except (TimeoutError, ValueError) as exc:
+            raise WorkerDied(f"warm parent did not answer: {exc!r}") from exc
+        if not line:
+            raise WorkerDied("warm parent exited")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    async def run(self, job: dict[str, Any], limits: Limits) -> Outcome:
+        if not self.alive:
+            await self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        message = {"kind": "job", "job": job, "limits": asdict(limits)}
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            await self.proc.stdin.drain()
+            started = await self._read(30.0)
+            self.child_pid = started.get("pid")
+            budget = limits.eager_timeout_s + limits.timeout_s + limits.grace_s + 60.0
+            done = await self._read(budget)
+        except (ConnectionError, BrokenPipeError) as exc:
+            await self.stop()
+            raise WorkerDied(f"warm parent connection lost: {exc!r}") from exc
+        except WorkerDied:
+            await self.stop()
+            raise
+        finally:
+            self.child_pid = None
+        return Outcome.from_dict(done.get("outcome", {}))
+
+    async def stop(self) -> None:
+        if self.child_pid:
+            kill_group(self.child_pid)
+        if self.proc is None:
+            return
+        if self.proc.returncode is None:
+            with contextlib.suppress(Exception):
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(b'{"kind": "exit"}\n')
+                await self.proc.stdin.drain()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 5.0)
+            except TimeoutError:
+                kill_group(self.proc.pid)
+                await self.proc.wait()
+        self.proc = None
+
+
+class Slot:
+    """One place an evaluation can run: a GPU (pinned) or a CPU preview slot."""
+
+    def __init__(
+        self, label: str, device: str, env: dict[str, str], warm: bool, preload_dsls: bool
+    ) -> None:
+        self.label = label
+        self.device = device
+        self.env = env
+        self.parent = WarmParent(env, preload_dsls) if warm else None
+        self.evaluations = 0
+        self.fell_back = False
+
+    async def run(self, job: dict[str, Any], limits: Limits, workdir: str) -> Outcome:
+        self.evaluations += 1
+        if self.parent is None:
+            return await asyncio.to_thread(_run_subprocess, job, limits, workdir, self.env_extra)
+        return await self.parent.run(job, limits)
+
+    async def go_cold(self) -> None:
+        """Stop the warm parent; later evaluations start a fresh worker each."""
+        if self.parent is not None:
+            await self.parent.stop()
+            self.parent = None
+            self.fell_back = True
+
+    @property
+    def env_extra(self) -> dict[str, str]:
+        return {k: v for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"}
+
+
+class LocalBackend:
+    """Grades on this host's GPUs (or CPU preview slots) behind a FIFO queue."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        gpus: list[int] | str | None = "auto",
+        preview_slots: int = 1,
+        config: EvalConfig | None = None,
+        warm: bool = True,
+        preload_dsls: bool = True,
+    ) -> None:
+        self.config = config or EvalConfig()
+        if gpus == "auto":
+            gpu_ids = list(range(gpu_count()))
+        elif gpus is None:
+            gpu_ids = []
+        else:
+            gpu_ids = [int(g) for g in gpus]  # type: ignore[union-attr]
+        self.device = "cuda" if gpu_ids else "cpu"
+        self.slots: list[Slot] = []
+        for gpu in gpu_ids:
+            env = child_env({**self.config.env, "CUDA_VISIBLE_DEVICES": str(gpu)})
+            self.slots.append(Slot(f"gpu{gpu}", "cuda", env, warm, preload_dsls))
+        if not gpu_ids:
+            for i in range(max(1, preview_slots)):
+                env = child_env({**self.config.env, "CUDA_VISIBLE_DEVICES": ""})
+                self.slots.append(Slot(f"cpu{i}", "cpu", env, warm, preload_dsls))
+        self._free: asyncio.Queue[Slot] | None = None
+        self.waiting = 0
+        self.completed = 0
+        self.started_at = time.time()
+
+    def _queue(self) -> asyncio.Queue[Slot]:
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for slot in self.slots:
+                self._free.put_nowait(slot)
+        return self._free
+
+    async def start(self) -> None:
+        """Start every slot's warm parent now (otherwise they start on first use)."""
+        await asyncio.gather(*(s.parent.start() for s in self.slots if s.parent is not None))
+
+    def status(self) -> dict[str, Any]:
+        free = self._queue().qsize()
+        return {
+            "backend": self.name,
+            "device": self.device,
+            "slots": [s.label for s in self.slots],
+            "busy": len(self.slots) - free,
+            "queued": self.waiting,
+            "completed": self.completed,
+            "warm": [bool(s.parent and s.parent.alive) for s in self.slots],
+            "fell_back_to_cold": [s.label for s in self.slots if s.fell_back],
+            "uptime_s": round(time.time() - self.started_at, 1),
+        }
+
+    async def grade(self, request: GradeRequest) -> Feedback:
+        bad = request_problem(request, self.config.problem_paths)
+        if bad is not None:
+            return bad
+        findings = check_source(request.source)
+        if findings:
+            return static_feedback(request, findings)
+        if request.device == "cuda" and self.device != "cuda":
+            return Feedback(
+                "error",
+                "crash",
+                "this grader has no GPU",
+                request.request_id,
+                request.problem_id,
+                request.dsl,
+            )
+        queue = self._queue()
+        self.waiting += 1
+        try:
+            slot = await queue.get()
+        finally:
+            self.waiting -= 1
+        try:
+            device = "cpu" if request.device == "cpu" else slot.device
+            return await self._run_on(slot, request, device)
+        finally:
+            self.completed += 1
+            queue.put_nowait(slot)
+
+    async def _run_on(self, slot: Slot, request: GradeRequest, device: str) -> Feedback:
+        limits = self.config.limits(device)
+        for attempt in (1, 2):
+            workdir = tempfile.mkdtemp(prefix="mkb-grade-")
+            try:
+                job = make_job(request, device, self.config, workdir)
+                outcome = await slot.run(job, limits, workdir)
+                feedback = feedback_from(request, outcome, device)
+                if attempt == 1 and slot.parent is not None and _failed_before_import(outcome):
+                    # The forked child could not even start (e.g. a library initialised CUDA
+                    # in the warm parent): grade cold on this slot from now on.
+                    await slot.go_cold()
+                    continue
+                return feedback
+            except WorkerDied as exc:
+                if attempt == 2:
+                    return Feedback(
+                        "error",
+                        "crash",
+                        f"grading worker died: {exc}",
+                        request.request_id,
+                        request.problem_id,
+                        request.dsl,
+                    )
+            finally:
+                await asyncio.to_thread(shutil.rmtree, workdir, True)
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        await asyncio.gather(*(s.parent.stop() for s in self.slots if s.parent is not None))
+
+
+def _failed_before_import(outcome: Outcome) -> bool:
+    """The child produced an infrastructure error before any submission code ran."""
+    result = outcome.result or {}
+    if outcome.timed_out or outcome.memory_killed or outcome.last_phase not in (None, "eager"):
+        return False
+    return outcome.result is None or result.get("verdict") == "error"

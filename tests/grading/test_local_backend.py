@@ -1,0 +1,122 @@
+"""The local backend: slots and the queue, warm parents that die, the cold (no fork) path."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from engine.grading.api import GradeRequest
+from engine.grading.evaluate import EvalConfig
+from engine.grading.local import LocalBackend
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()
+LOOP = (FIXTURES / "cheats" / "infinite_loop.py").read_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie still answers kill(0); look at its state
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_two_slots_run_concurrently_and_the_third_waits() -> None:
+    backend = LocalBackend(
+        gpus=None,
+        preview_slots=2,
+        preload_dsls=False,
+        config=EvalConfig(timeout_s=2.0, memory_limit_mb=3072),
+    )
+    await backend.start()
+    try:
+        tasks = [
+            asyncio.create_task(backend.grade(GradeRequest("p28", "cute", LOOP))) for _ in range(3)
+        ]
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if backend.status()["busy"] == 2 and backend.status()["queued"] == 1:
+                break
+        status = backend.status()
+        assert (status["busy"], status["queued"]) == (2, 1)
+        results = await asyncio.gather(*tasks)
+        assert [r.reason for r in results] == ["timeout"] * 3
+        assert backend.status()["completed"] == 3 and backend.status()["busy"] == 0
+    finally:
+        await backend.close()
+
+
+async def test_dead_warm_parent_is_replaced_and_its_child_killed() -> None:
+    backend = LocalBackend(
+        gpus=None,
+        preview_slots=1,
+        preload_dsls=False,
+        config=EvalConfig(timeout_s=2.5, memory_limit_mb=3072),
+    )
+    await backend.start()
+    slot = backend.slots[0]
+    try:
+        first_parent = slot.parent.proc.pid
+        task = asyncio.create_task(backend.grade(GradeRequest("p28", "cute", LOOP)))
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if slot.parent.child_pid:
+                break
+        orphan = slot.parent.child_pid
+        assert orphan and _alive(orphan)
+        os.kill(first_parent, signal.SIGKILL)  # the warm parent dies mid-evaluation
+        feedback = await task
+        assert feedback.reason == "timeout"  # retried once on a fresh warm parent
+        assert slot.parent.proc.pid != first_parent
+        await asyncio.sleep(0.2)
+        assert not _alive(orphan)
+        honest = await backend.grade(GradeRequest("p28", "cute", HONEST))
+        assert honest.verdict == "preview"
+    finally:
+        await backend.close()
+
+
+async def test_cuda_request_on_cpu_host_is_an_error() -> None:
+    backend = LocalBackend(gpus=None, preload_dsls=False)
+    try:
+        feedback = await backend.grade(GradeRequest("p28", "cute", HONEST, device="cuda"))
+        assert feedback.verdict == "error"
+    finally:
+        await backend.close()
+
+
+@pytest.mark.slow
+async def test_cold_path_spawns_a_fresh_worker() -> None:
+    backend = LocalBackend(gpus=None, warm=False, config=EvalConfig(memory_limit_mb=3072))
+    try:
+        feedback = await backend.grade(GradeRequest("p28", "tirx", HONEST, request_id="r1"))
+        assert feedback.verdict == "preview", (feedback.reason, feedback.message)
+        assert feedback.request_id == "r1"
+    finally:
+        await backend.close()
+
+
+@pytest.mark.slow
+async def test_child_that_cannot_start_falls_back_to_a_cold_worker(tmp_path: Path) -> None:
+    broken = tmp_path / "kv_cache" / "p73_broken_fixture.py"
+    broken.parent.mkdir()
+    broken.write_text("raise RuntimeError('this problem cannot load')\n")
+    config = EvalConfig(problem_paths={"p73": str(broken)}, memory_limit_mb=3072)
+    backend = LocalBackend(gpus=None, preload_dsls=False, config=config)
+    try:
+        feedback = await backend.grade(GradeRequest("p73", "cute", HONEST))
+        assert feedback.verdict == "error" and feedback.reason == "crash"
+        assert "cannot load" in (feedback.import_error or "") + feedback.message
+        assert backend.status()["fell_back_to_cold"] == ["cpu0"]
+        assert backend.slots[0].parent is None
+    finally:
+        await backend.close()
