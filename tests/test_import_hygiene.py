@@ -15,6 +15,8 @@ def _modules(package: str) -> list[str]:
         info.name
         for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}.")
         if not info.name.split(".")[-1].startswith("test")
+        # reference solutions are submissions for a GPU host with the DSLs, not core modules
+        and not info.name.startswith("problems.solutions")
     ]
 
 

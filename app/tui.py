@@ -1,0 +1,370 @@
+"""The Textual App: owns the store (or a read-only view of it) and the engine, and turns
+engine events into batched ``changes`` signals that screens subscribe to.
+
+Two sources feed the same :class:`~screens.base.ChangeCollector`: the owned engine's
+:class:`~engine.events.EventBus` (low latency) and a tail of the ``events`` table (every
+``poll_interval`` seconds; the only source in ``--attach`` mode, where another process runs
+the engine). A timer publishes at most one :class:`~screens.base.Changes` per
+``redraw_interval``, so a burst of 500 events costs one redraw per screen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import getpass
+import json
+import os
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from sqlite_utils import Database
+from textual.app import App, ScreenStackError
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+from textual.signal import Signal
+from textual.worker import Worker, WorkerState
+
+from engine.config import ExperimentConfig, parse_config
+from engine.events import EngineEvent, EventBus
+from screens.attempt_detail import AttemptDetailScreen
+from screens.attempts import AttemptsScreen
+from screens.base import ChangeCollector, Changes
+from screens.launch import LaunchScreen
+from screens.lift import LiftScreen
+from screens.palette import JumpProvider
+from screens.rubric import RubricScreen
+from screens.transfer import TransferScreen
+from storage import queries, writes
+from storage.db import connect, open_db, resolve_path
+
+T = TypeVar("T")
+SCREENS_DIR = Path(__file__).resolve().parents[1] / "screens"
+
+
+class ReadOnlyReader:
+    """Per-thread read-only connections to a database another process writes."""
+
+    def __init__(self, path: Path) -> None:
+        open_db(path, readonly=True).conn.close()  # validates the file (never modifies it)
+        self.path = path
+        self._local = threading.local()
+        self._all: list[Database] = []
+        self._lock = threading.Lock()
+
+    def _db(self) -> Database:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = connect(self.path, readonly=True)
+            self._local.db = db
+            with self._lock:
+                self._all.append(db)
+        return db
+
+    def read_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return fn(self._db(), *args, **kwargs)
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(self.read_sync, fn, *args, **kwargs)
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._all:
+                with contextlib.suppress(Exception):  # another thread's connection
+                    db.conn.close()
+            self._all.clear()
+
+
+class ReadOnlyError(RuntimeError):
+    """An action that writes was asked of a read-only (attached) view."""
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string for any text (JSON escapes are valid TOML escapes)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def edited_transfer_config(
+    experiment: queries.ExperimentRow, comparison: queries.ComparisonRow, skill_text: str
+) -> ExperimentConfig:
+    """The experiment's config plus an ``edited_skill`` edge, narrowed to one model/problem.
+
+    Runs are convergent, so only the new edited-skill treatment (a new plan variant) runs;
+    the solo attempts it compares against are reused.
+    """
+    if not experiment.config_toml.strip():
+        raise ValueError(f"experiment {experiment.id} has no stored config to extend")
+    edge = (
+        "\n\n[[transfers]]\nkind = \"edited_skill\"\n"
+        f"problem = {toml_string(comparison.problem_id)}\n"
+        f"direction = {toml_string(comparison.direction)}\n"
+        f"model = {toml_string(comparison.model)}\n"
+        f"skill_text = {toml_string(skill_text)}\n"
+    )
+    config = parse_config(experiment.config_toml.rstrip() + edge, f"<experiment {experiment.id}>")
+    return dataclasses.replace(
+        config,
+        problems=(comparison.problem_id,),
+        families=(),
+        models=tuple(m for m in config.models if m.name == comparison.model),
+        transfers=(config.transfers[-1],),  # the edge just added
+    )
+
+
+class MkbApp(App[int]):
+    """MetaKernelBench: launch, watch and inspect experiments."""
+
+    TITLE = "MetaKernelBench"
+    CSS_PATH = str(SCREENS_DIR / "app.tcss")
+    MODES: ClassVar[dict[str, Any]] = {
+        "attempts": AttemptsScreen,
+        "lift": LiftScreen,
+        "launch": LaunchScreen,
+        "rubric": RubricScreen,
+    }
+    DEFAULT_MODE = "attempts"
+    COMMANDS = App.COMMANDS | {JumpProvider}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1", "switch_mode('attempts')", "Attempts", id="app.attempts"),
+        Binding("2", "switch_mode('lift')", "Lift", id="app.lift"),
+        Binding("3", "switch_mode('launch')", "Launch", id="app.launch"),
+        Binding("4", "switch_mode('rubric')", "Rubric", id="app.rubric"),
+    ]
+
+    engine_state: reactive[str] = reactive("idle")
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        attach: bool = False,
+        clock: Callable[[], datetime] | None = None,
+        poll_interval: float = 0.5,
+        redraw_interval: float = 0.25,
+        theme: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.db_path = resolve_path(db_path)
+        self.read_only = attach
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.poll_interval = poll_interval
+        self.redraw_interval = redraw_interval
+        self.changes: Signal[Changes] = Signal(self, "changes")
+        self.collector = ChangeCollector()
+        self.experiment_id: str | None = None
+        self.last_event_id = 0
+        self.engine: Any = None
+        self.engine_worker: Worker[Any] | None = None
+        self.redraws = 0
+        if attach:
+            self.store: Any = None
+            self._reader: Any = ReadOnlyReader(self.db_path)
+        else:
+            from storage.store import Store
+
+            self.store = Store(self.db_path)
+            self._reader = self.store
+        # known before any screen loads: the newest experiment and where the event tail starts
+        experiments = self._reader.read_sync(queries.experiments)
+        self.experiment_id = experiments[0].id if experiments else None
+        self.last_event_id = self._reader.read_sync(queries.last_event_id)
+        if theme:
+            self.theme = theme
+        if attach:
+            self.sub_title = f"{self.db_path.name} (attached, read-only)"
+        else:
+            self.sub_title = self.db_path.name
+
+    # -- services for screens --------------------------------------------------------------
+    def now(self) -> datetime:
+        return self._clock()
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        result: T = await self._reader.read(fn, *args, **kwargs)
+        return result
+
+    def _require_writable(self) -> None:
+        if self.read_only or self.store is None:
+            raise ReadOnlyError("this view is attached read-only; run `mkb tui` without "
+                                "--attach to change anything")
+
+    async def add_human_label(
+        self, *, task: str, subject_type: str, subject_id: int, category: str, value: str,
+        evidence: str = "",
+    ) -> None:
+        self._require_writable()
+        await self.store.write(
+            writes.add_label, task=task, subject_type=subject_type, subject_id=subject_id,
+            category=category, value=value, evidence=evidence, annotator=_user(),
+            annotator_kind="human",
+        )
+        self.collector.add("label_added", None)
+
+    async def save_edited_skill(self, text: str, parent_skill_id: int | None) -> int:
+        self._require_writable()
+        skill_id: int = await self.store.write(
+            writes.add_skill, text, kind="edited", author=_user(), parent_skill_id=parent_skill_id
+        )
+        self.collector.add("skill_updated", None)
+        return skill_id
+
+    async def launch_edited_transfer(self, comparison_id: int, skill_text: str) -> str:
+        """Run the comparison's treatment again with a person's skill; returns the variant."""
+        self._require_writable()
+        comparison = await self.read(queries.comparison, comparison_id)
+        if comparison is None:
+            raise ValueError(f"no comparison {comparison_id}")
+        experiment = await self.read(queries.experiment, comparison.experiment_id)
+        if experiment is None:
+            raise ValueError(f"no experiment {comparison.experiment_id}")
+        config = edited_transfer_config(experiment, comparison, skill_text)
+        self.start_experiment(config)
+        return config.id
+
+    # -- engine ----------------------------------------------------------------------------
+    def start_experiment(self, config: ExperimentConfig) -> None:
+        """Run ``config`` in an App-owned worker (survives screen changes)."""
+        self._require_writable()
+        if self.engine_state in ("running", "paused", "stopping"):
+            raise RuntimeError("an experiment is already running; stop it first")
+        from engine.factory import make_backend, make_runner
+        from engine.scheduler import Engine
+
+        backend = make_backend(config)
+        runner = make_runner(config)
+        preview = bool(getattr(backend, "preview", False)) or config.grading == "simulated"
+        bus = EventBus()
+        bus.subscribe(self._on_engine_event)
+        self.engine = Engine(self.store, config, runner, backend, bus=bus, preview=preview)
+        self.experiment_id = config.id
+        self.collector.mark_everything()  # screens switch to the launched experiment
+        self.engine_state = "running"
+        self.engine_worker = self.run_worker(
+            self._run_engine(self.engine, backend), name="engine", group="engine",
+            exit_on_error=False, description=f"experiment {config.id}",
+        )
+
+    async def _run_engine(self, engine: Any, backend: Any) -> Any:
+        try:
+            return await engine.run()
+        finally:
+            await backend.close()
+
+    def pause_engine(self) -> None:
+        if self.engine is not None and self.engine_state == "running":
+            self.engine.pause()
+            self.engine_state = "paused"
+
+    def resume_engine(self) -> None:
+        if self.engine is not None and self.engine_state == "paused":
+            self.engine.resume()
+            self.engine_state = "running"
+
+    def stop_engine(self) -> None:
+        if self.engine is not None and self.engine_state in ("running", "paused"):
+            self.engine.stop()
+            self.engine_state = "stopping"
+
+    def _on_engine_event(self, event: EngineEvent) -> None:
+        self.collector.add(event.kind, event.attempt_id)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group == "engine" and worker.state in (
+            WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED
+        ):
+            self.engine_state = "idle"
+            self.collector.mark_everything()
+            if worker.state == WorkerState.ERROR:
+                self.notify(f"experiment failed: {worker.error}", severity="error", timeout=10)
+            elif worker.state == WorkerState.SUCCESS and worker.result is not None:
+                s = worker.result
+                self.notify(f"experiment {s.experiment_id}: {s.ran} ran, {s.reused} reused, "
+                            f"{s.skipped} skipped", title="finished")
+        elif worker.state == WorkerState.ERROR and worker.group != "engine":
+            self.notify(f"{worker.name or 'worker'}: {worker.error}", severity="error",
+                        timeout=8)
+
+    # -- bridge ----------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.set_interval(self.redraw_interval, self.flush_changes, name="redraw")
+        self.run_worker(self._tail_events(), name="tail", group="tail", exit_on_error=False)
+
+    def flush_changes(self) -> None:
+        """Publish the changes gathered since the last redraw (at most one per interval)."""
+        if self.collector.dirty:
+            self.redraws += 1
+            self.changes.publish(self.collector.take())
+
+    async def poll_events_once(self) -> int:
+        rows = await self.read(queries.events_after, self.last_event_id, limit=5000)
+        for row in rows:
+            if row.kind.startswith("experiment") and row.experiment_id and (
+                self.experiment_id is None
+            ):
+                self.experiment_id = row.experiment_id
+            self.collector.add(row.kind, row.attempt_id)
+        if rows:
+            self.last_event_id = rows[-1].id
+        return len(rows)
+
+    async def _tail_events(self) -> None:
+        while True:
+            try:
+                while await self.poll_events_once() >= 5000:
+                    pass
+            except Exception as exc:  # noqa: BLE001 - a locked or vanished DB must not kill the UI
+                self.log.warning(f"event tail: {exc}")
+            await asyncio.sleep(self.poll_interval)
+
+    # -- navigation ------------------------------------------------------------------------
+    def open_attempt(self, attempt_id: int) -> None:
+        self.push_screen(AttemptDetailScreen(attempt_id))
+
+    def open_comparison(self, comparison_id: int) -> None:
+        self.push_screen(TransferScreen(comparison_id))
+
+    def show_problem(self, problem_id: str) -> None:
+        """The Attempts screen (top of its mode) filtered to one problem."""
+        self.run_worker(self._show_problem(problem_id), exit_on_error=False)
+
+    async def _show_problem(self, problem_id: str) -> None:
+        await self.switch_mode("attempts")
+        while len(self.screen_stack) > 1:
+            await self.pop_screen()
+        screen = self.screen
+        if isinstance(screen, AttemptsScreen):
+            screen.set_filter(f"problem:{problem_id}")
+
+    def select_experiment(self, experiment_id: str) -> None:
+        self.experiment_id = experiment_id
+        self.collector.mark_everything()
+        self.flush_changes()
+
+    def clear_selection(self) -> None:
+        # Textual 8.2.8 in a real terminal: an Input on the first mode's screen can mount
+        # before that screen is on the stack, and the base method only tolerates NoScreen.
+        with contextlib.suppress(ScreenStackError):
+            super().clear_selection()
+
+    async def action_quit(self) -> None:
+        if self.engine is not None and self.engine_state in ("running", "paused"):
+            self.engine.stop()
+        self.exit(0)
+
+    def on_unmount(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        else:
+            self._reader.close()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name in some containers
+        return "human"

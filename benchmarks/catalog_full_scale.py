@@ -1,0 +1,112 @@
+"""Full-scale catalog run on a GPU: eager-reference median time and float64-anchor time.
+
+For every problem: build the full workload on CUDA, run the float64 anchor once (timed), then
+time the eager reference under reference numerics (1 warmup + N timed calls, CUDA events
+after a device synchronize, fresh inputs per call generated outside the timed region), and
+record peak GPU memory. One JSON object per problem is written to OUT (and printed).
+
+    PYTHONPATH=. python3 benchmarks/catalog_full_scale.py --out catalog.json [--calls 5]
+        [--budget-s 540] [IDS...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from problems.compare import promote, reference_numerics
+from problems.registry import catalog
+
+
+def _sync() -> None:
+    torch.cuda.synchronize()
+
+
+def time_problem(problem, calls: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    row: dict[str, object] = {"id": problem.id, "slug": problem.slug, "family": problem.family}
+    t0 = time.perf_counter()
+    inputs = problem.make_inputs(1, "cuda", "full")
+    _sync()
+    row["make_inputs_s"] = round(time.perf_counter() - t0, 3)
+    row["inputs_gb"] = round(sum(x.numel() * x.element_size() for x in inputs
+                                 if isinstance(x, torch.Tensor)) / 1e9, 3)
+    with reference_numerics():
+        promoted = promote(inputs)
+        _sync()
+        t0 = time.perf_counter()
+        problem.reference(*promoted)
+        _sync()
+        row["anchor_s"] = round(time.perf_counter() - t0, 3)
+        del promoted
+        torch.cuda.empty_cache()
+        samples = []
+        for k in range(calls + 1):
+            x = problem.make_inputs(1000 + k, "cuda", "full")
+            _sync()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            problem.reference(*x)
+            _sync()
+            end.record()
+            end.synchronize()
+            if k:  # the first call is warmup
+                samples.append(start.elapsed_time(end))
+            del x
+    row["eager_median_ms"] = round(statistics.median(samples), 4)
+    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+    row["eager_iqr_ms"] = round(q[2] - q[0], 4)
+    row["peak_gpu_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+    try:
+        from problems.sol import sol_estimate
+
+        sol = sol_estimate(problem.cost("full"))
+        row["sol_ms"] = round(sol.seconds * 1e3, 5)
+        row["sol_bound"] = sol.bound
+    except Exception as exc:  # noqa: BLE001 - SOL is optional here
+        row["sol_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("ids", nargs="*")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--budget-s", type=float, default=540.0)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA device", file=sys.stderr)
+        return 2
+    deadline = time.monotonic() + args.budget_s
+    rows = []
+    out = Path(args.out)
+    for problem in catalog().select(args.ids or None):
+        if time.monotonic() > deadline:
+            rows.append({"id": problem.id, "slug": problem.slug, "error": "not run: time budget"})
+            continue
+        t0 = time.perf_counter()
+        try:
+            row = time_problem(problem, args.calls)
+        except Exception as exc:  # noqa: BLE001 - record and go on
+            row = {"id": problem.id, "slug": problem.slug,
+                   "error": f"{type(exc).__name__}: {exc}"[:300]}
+            torch.cuda.empty_cache()
+        row["wall_s"] = round(time.perf_counter() - t0, 2)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch":
+                                   torch.__version__, "problems": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""What screens need from the App, without importing it: the change batches and a protocol.
+
+The App (``app/tui.py``) implements :class:`TuiHost`; screens reach it as ``self.app`` and
+read through ``host.read(queries.fn, ...)`` so no query ever runs on the UI loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, TypeVar, cast
+
+from textual.dom import DOMNode
+from textual.signal import Signal
+
+T = TypeVar("T")
+
+ATTEMPT_KINDS_PREFIXES = ("attempt", "step_", "submission_", "grading_", "skill_")
+
+
+@dataclass(frozen=True)
+class Changes:
+    """One coalesced batch of engine events: what to re-read, not the data itself."""
+
+    attempt_ids: frozenset[int] = field(default_factory=frozenset)
+    kinds: frozenset[str] = field(default_factory=frozenset)
+    everything: bool = False
+
+    @property
+    def attempts(self) -> bool:
+        return self.everything or bool(self.attempt_ids) or any(
+            k.startswith(ATTEMPT_KINDS_PREFIXES) for k in self.kinds
+        )
+
+    @property
+    def comparisons(self) -> bool:
+        return self.everything or "comparison_updated" in self.kinds
+
+    @property
+    def labels(self) -> bool:
+        return self.everything or "label_added" in self.kinds
+
+    @property
+    def experiments(self) -> bool:
+        return self.everything or any(k.startswith("experiment") for k in self.kinds)
+
+    def touches(self, attempt_id: int) -> bool:
+        return self.everything or attempt_id in self.attempt_ids
+
+
+class ChangeCollector:
+    """Accumulates events between redraws; :meth:`take` returns one :class:`Changes`."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+        self._kinds: set[str] = set()
+        self._everything = False
+        self.events_seen = 0
+
+    def add(self, kind: str, attempt_id: int | None) -> None:
+        self.events_seen += 1
+        self._kinds.add(kind)
+        if attempt_id is not None:
+            self._ids.add(int(attempt_id))
+
+    def add_all(self, items: Iterable[tuple[str, int | None]]) -> None:
+        for kind, attempt_id in items:
+            self.add(kind, attempt_id)
+
+    def mark_everything(self) -> None:
+        self._everything = True
+
+    @property
+    def dirty(self) -> bool:
+        return self._everything or bool(self._kinds)
+
+    def take(self) -> Changes:
+        changes = Changes(frozenset(self._ids), frozenset(self._kinds), self._everything)
+        self._ids.clear()
+        self._kinds.clear()
+        self._everything = False
+        return changes
+
+
+class TuiHost(Protocol):
+    """The App's services used by screens."""
+
+    changes: Signal[Changes]
+    read_only: bool
+    experiment_id: str | None
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    def now(self) -> datetime: ...
+
+
+def host(node: DOMNode) -> TuiHost:
+    """The running App as a :class:`TuiHost` (typed access for screens)."""
+    return cast(TuiHost, node.app)

@@ -1,0 +1,260 @@
+"""Transfer inspector: one comparison — the three skills side by side, the three outcomes,
+ρ and help/harm/neutral, the labels with evidence; add human labels, edit the source skill
+and launch a treatment with the edited skill."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.text import Text
+from sqlite_utils import Database
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from screens.app_bar import AppBar
+from screens.base import Changes, host
+from screens.dialogs import LabelDialog, LabelInput, SkillEdit, SkillEditor
+from screens.render import arm_summary, diff_texts, rho_text
+from screens.rubric_terms import TASKS
+from storage import queries
+
+
+@dataclass(frozen=True)
+class TransferView:
+    """Everything the inspector shows, read in one snapshot."""
+
+    comparison: queries.ComparisonRow
+    source: queries.AttemptRow | None
+    baseline: queries.AttemptRow | None
+    treatment: queries.AttemptRow | None
+    source_skill: queries.SkillRow | None
+    baseline_skill: queries.SkillRow | None
+    treatment_skill: queries.SkillRow | None
+    attached_skill: queries.SkillRow | None
+    labels: list[queries.LabelRow]
+
+
+def load_transfer(db: Database, comparison_id: int) -> TransferView | None:
+    comp = queries.comparison(db, comparison_id)
+    if comp is None:
+        return None
+
+    def attempt(attempt_id: int | None) -> queries.AttemptRow | None:
+        return queries.attempt(db, attempt_id) if attempt_id is not None else None
+
+    def skill_of(row: queries.AttemptRow | None) -> queries.SkillRow | None:
+        return queries.latest_skill(db, row.id) if row is not None else None
+
+    source, baseline, treatment = (attempt(comp.source_attempt_id),
+                                   attempt(comp.baseline_attempt_id),
+                                   attempt(comp.treatment_attempt_id))
+    attached = (queries.skill(db, treatment.attached_skill_id)
+                if treatment is not None and treatment.attached_skill_id is not None else None)
+    source_skill = skill_of(source)
+    subjects = {("comparison", comp.id)}
+    if treatment is not None:
+        subjects.add(("attempt", treatment.id))
+    if source_skill is not None:
+        subjects.add(("skill", source_skill.id))
+    if attached is not None:
+        subjects.add(("skill", attached.id))
+    found = [label for subject_id in {s[1] for s in subjects}
+             for label in queries.labels(db, subject_id=subject_id)
+             if (label.subject_type, label.subject_id) in subjects]
+    found.sort(key=lambda label: label.id)
+    return TransferView(comp, source, baseline, treatment, source_skill, skill_of(baseline),
+                        skill_of(treatment), attached, found)
+
+
+def skill_body(skill: queries.SkillRow | None) -> str:
+    return skill.text if skill is not None else ""
+
+
+class TransferScreen(Screen[None]):
+    """One comparison (model, problem, direction s→t), inspected."""
+
+    CSS_PATH = "transfer.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back", id="transfer.back"),
+        Binding("d", "toggle_diff", "Diff", id="transfer.diff"),
+        Binding("l", "add_label", "Label", id="transfer.label"),
+        Binding("e", "edit_skill", "Edit skill", id="transfer.edit"),
+        Binding("s", "open('source')", "Source", id="transfer.source"),
+        Binding("b", "open('baseline')", "Baseline", id="transfer.baseline"),
+        Binding("t", "open('treatment')", "Treatment", id="transfer.treatment"),
+    ]
+
+    def __init__(self, comparison_id: int) -> None:
+        super().__init__()
+        self.comparison_id = comparison_id
+        self.view: TransferView | None = None
+        self.show_diff = True
+
+    def compose(self) -> ComposeResult:
+        yield AppBar()
+        with Vertical(id="transfer-summary"):
+            yield Static(id="transfer-title", markup=False)
+            yield Static(id="transfer-arms", markup=False)
+        with Horizontal(id="skills"):
+            for key, title in (("source", "source skill"), ("baseline", "target solo skill"),
+                               ("treatment", "treatment skill")):
+                with Vertical(classes="skill-pane"):
+                    yield Static(title, classes="section-title", id=f"{key}-skill-title")
+                    with VerticalScroll():
+                        yield Static(id=f"{key}-skill", markup=False)
+        yield Static("labels", classes="section-title")
+        yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#labels-table", DataTable)
+        for key, label in (("task", "task"), ("subject", "subject"), ("category", "category"),
+                           ("value", "value"), ("annotator", "annotator"),
+                           ("evidence", "evidence")):
+            table.add_column(label, key=key)
+        host(self).changes.subscribe(self, self.on_changes)
+        self.load()
+
+    @work(exclusive=True, group="transfer-load", exit_on_error=False)
+    async def load(self) -> None:
+        view = await host(self).read(load_transfer, self.comparison_id)
+        if view is None:
+            self.query_one("#transfer-title", Static).update(
+                Text(f"comparison {self.comparison_id} not found", style="red"))
+            return
+        self.view = view
+        self.render_view()
+
+    def render_view(self) -> None:
+        view = self.view
+        if view is None:
+            return
+        c = view.comparison
+        title = Text(f"comparison {c.id} · {c.model} · {c.problem_id} ({c.family}) · "
+                     f"{c.direction} · r{c.replicate}"
+                     + (f" · variant {c.variant}" if c.variant else "") + "   ")
+        title.append_text(rho_text(c))
+        self.query_one("#transfer-title", Static).update(title)
+        arms = Text("\n").join([arm_summary("source", view.source),
+                                arm_summary("baseline (target solo)", view.baseline),
+                                arm_summary("treatment", view.treatment)])
+        self.query_one("#transfer-arms", Static).update(arms)
+        source = skill_body(view.source_skill)
+        baseline = skill_body(view.baseline_skill)
+        treatment = skill_body(view.treatment_skill)
+        empty = Text("(blank or missing)", style="dim")
+        if self.show_diff:
+            _, baseline_view = diff_texts(source, baseline)
+            _, treatment_view = diff_texts(source, treatment)
+        else:
+            baseline_view, treatment_view = Text(baseline), Text(treatment)
+        for key, body, shown in (("source", source, Text(source)),
+                                 ("baseline", baseline, baseline_view),
+                                 ("treatment", treatment, treatment_view)):
+            self.query_one(f"#{key}-skill", Static).update(shown if body.strip() else empty)
+        if view.attached_skill is not None and view.attached_skill.kind == "edited":
+            self.query_one("#source-skill-title", Static).update(
+                f"source skill (treatment used edited skill {view.attached_skill.id})")
+        table = self.query_one("#labels-table", DataTable)
+        table.clear()
+        for label in view.labels:
+            table.add_row(Text(label.task), Text(f"{label.subject_type} {label.subject_id}"),
+                          Text(label.category), Text(label.value),
+                          Text(f"{label.annotator} ({label.annotator_kind})"),
+                          Text(label.evidence), key=str(label.id))
+
+    def on_changes(self, changes: Changes) -> None:
+        view = self.view
+        ids = {view.comparison.source_attempt_id, view.comparison.baseline_attempt_id,
+               view.comparison.treatment_attempt_id} if view else set()
+        if changes.labels or changes.comparisons or any(
+            i is not None and changes.touches(i) for i in ids
+        ) or "skill_updated" in changes.kinds:
+            self.load()
+
+    def action_toggle_diff(self) -> None:
+        self.show_diff = not self.show_diff
+        self.render_view()
+
+    def action_open(self, which: str) -> None:
+        view = self.view
+        row = getattr(view, which, None) if view else None
+        if row is None:
+            self.notify(f"no {which} attempt")
+            return
+        self.app.open_attempt(row.id)  # type: ignore[attr-defined]
+
+    def action_add_label(self) -> None:
+        if host(self).read_only:
+            self.notify("read-only view: labels cannot be added", severity="warning")
+            return
+        self.app.push_screen(LabelDialog("cause"), self._label_chosen)
+
+    def _label_chosen(self, choice: LabelInput | None) -> None:
+        if choice is not None:
+            self.save_label(choice)
+
+    def subject_for(self, task: str) -> tuple[str, int] | None:
+        view = self.view
+        if view is None:
+            return None
+        subject_type = TASKS[task][0]
+        if subject_type == "comparison":
+            return "comparison", view.comparison.id
+        if subject_type == "attempt":
+            return ("attempt", view.treatment.id) if view.treatment else None
+        skill = view.attached_skill or view.source_skill
+        return ("skill", skill.id) if skill else None
+
+    @work(group="transfer-write", exit_on_error=False)
+    async def save_label(self, choice: LabelInput) -> None:
+        subject = self.subject_for(choice.task)
+        if subject is None:
+            self.notify(f"nothing to label for {choice.task}", severity="warning")
+            return
+        await self.app.add_human_label(  # type: ignore[attr-defined]
+            task=choice.task, subject_type=subject[0], subject_id=subject[1],
+            category=choice.category, value=choice.value, evidence=choice.evidence)
+        self.notify(f"label saved: {choice.category} = {choice.value}")
+        self.load()
+
+    def action_edit_skill(self) -> None:
+        if host(self).read_only:
+            self.notify("read-only view: skills cannot be edited", severity="warning")
+            return
+        view = self.view
+        if view is None:
+            return
+        text = skill_body(view.source_skill)
+        c = view.comparison
+        self.app.push_screen(
+            SkillEditor(text, f"Edit the source skill of {c.problem_id} {c.direction} "
+                              f"({c.model}); ctrl+s saves"),
+            self._skill_edited,
+        )
+
+    def _skill_edited(self, edit: SkillEdit | None) -> None:
+        if edit is not None:
+            self.save_skill(edit)
+
+    @work(group="transfer-write", exit_on_error=False)
+    async def save_skill(self, edit: SkillEdit) -> None:
+        view = self.view
+        if view is None:
+            return
+        parent = view.source_skill.id if view.source_skill else None
+        skill_id = await self.app.save_edited_skill(edit.text, parent)  # type: ignore[attr-defined]
+        self.notify(f"edited skill {skill_id} saved")
+        if edit.launch:
+            try:
+                await self.app.launch_edited_transfer(  # type: ignore[attr-defined]
+                    view.comparison.id, edit.text)
+            except Exception as exc:  # noqa: BLE001 - shown to the user
+                self.notify(f"cannot launch: {exc}", severity="error", timeout=10)
+                return
+            self.notify("treatment with the edited skill launched")

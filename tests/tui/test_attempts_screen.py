@@ -1,0 +1,71 @@
+"""Attempts screen: paged in SQL, filter and sort, live cell updates, drill-down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tui_seed as seed
+from conftest import wait_until
+from textual.widgets import DataTable
+
+from screens.attempt_detail import AttemptDetailScreen
+from screens.attempts import PAGE_SIZE, AttemptsScreen
+from storage import writes
+from storage.store import Store
+
+
+async def test_pages_filters_sorts_and_opens(make_app, tmp_path: Path) -> None:
+    path = seed.build(tmp_path / "big.sqlite", extra_attempts=250)
+    app = make_app(db_path=path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, AttemptsScreen)
+        await wait_until(pilot, lambda: screen.total == 267)
+        table = screen.query_one(DataTable)
+        assert table.row_count == PAGE_SIZE  # one page, never every row
+        await pilot.press("right_square_bracket")
+        await wait_until(pilot, lambda: screen.page_offset == PAGE_SIZE and table.row_count)
+        assert screen.rows[0].id == PAGE_SIZE + 1
+        await pilot.press("slash")
+        await pilot.press(*"state:running")
+        await wait_until(pilot, lambda: screen.total == 1)
+        assert screen.page_offset == 0 and table.row_count == 1
+        assert screen.rows[0].plan_key == "model-b|p28|r2|solo_cute"
+        assert table.get_row_at(0)[6].plain == "10:00 / 40:00"  # pinned clock
+        await pilot.press("escape")
+        screen.set_filter("")
+        await wait_until(pilot, lambda: screen.total == 267)
+        await pilot.press("s", "s", "s", "s")  # id → model → problem → state → best
+        await wait_until(pilot, lambda: screen.rows and screen.rows[0].best_speedup is not None
+                         and screen.sort == "best_speedup")
+        best = [r.best_speedup for r in screen.rows if r.best_speedup is not None]
+        assert best == sorted(best, reverse=True)
+        first = screen.rows[0].id
+        table.focus()
+        table.move_cursor(row=0)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, AttemptDetailScreen))
+        assert app.screen.attempt_id == first
+
+
+async def test_live_update_patches_the_visible_row(make_app, seeded_db: Path) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 17)
+        running = next(r for r in screen.rows if r.state == "running")
+        loads = screen.loads
+        other = Store(seeded_db)  # another writer, as the engine would be
+        try:
+            other.write_sync(writes.update_attempt, running.id, "attempt_finished",
+                             state="finished", outcome="preview", submissions_used=4,
+                             ended_at="2026-01-01T11:55:00+00:00")
+        finally:
+            other.close()
+        await wait_until(pilot, lambda: screen.loads > loads and any(
+            r.id == running.id and r.state == "finished" for r in screen.rows))
+        table = screen.query_one(DataTable)
+        row = table.get_row(str(running.id))
+        assert row[5].plain == "finished:preview"
+        assert row[7].plain == "4"
+        assert row[6].plain == "5:00 / 40:00"

@@ -1,0 +1,47 @@
+"""`mkb tui` wiring: options, errors as usage errors, the default command, serve."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.commands import tui as tui_command
+from app.serve import served_command
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_the_options() -> None:
+    result = subprocess.run([sys.executable, "-m", "app.cli", "tui", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for option in ("--db", "--attach", "--theme", "--serve"):
+        assert option in result.stdout
+
+
+def test_attach_to_a_missing_database_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "none.sqlite"
+    assert main(["tui", "--attach", "--db", str(missing)]) == 2
+    assert "no such database" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_default_command_is_the_tui() -> None:
+    assert callable(tui_command.default_command)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("textual_serve") is not None,
+                    reason="textual-serve is installed")
+def test_serve_without_textual_serve_says_how_to_get_it(seeded_db: Path, capsys) -> None:
+    assert main(["tui", "--serve", "8765", "--db", str(seeded_db)]) == 2
+    assert "pip install textual-serve" in capsys.readouterr().err
+
+
+def test_served_command_is_the_read_only_view(seeded_db: Path) -> None:
+    command = served_command(str(seeded_db))
+    assert "tui --attach --db" in command and str(seeded_db) in command

@@ -1,0 +1,115 @@
+"""SVG snapshots (pytest-textual-snapshot): fixed database, pinned clock and theme, 120×40.
+
+Regenerate deliberately with ``pytest tests/tui/test_snapshots.py --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from textual.widgets import Input
+
+from screens.attempt_detail import AttemptDetailScreen
+from screens.launch import LaunchScreen
+from screens.lift import LiftScreen
+from screens.rubric import RubricScreen
+from screens.transfer import TransferScreen
+
+SIZE = (120, 40)
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def no_blink(pilot) -> None:  # type: ignore[no-untyped-def]
+    for widget in pilot.app.screen.query(Input):
+        widget.cursor_blink = False
+
+
+@pytest.fixture
+def app(make_app, seeded_db):  # type: ignore[no-untyped-def]
+    return make_app(db_path=seeded_db)
+
+
+def test_attempts(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await wait_until(pilot, lambda: getattr(app.screen, "total", 0) == 17)
+        no_blink(pilot)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_attempts_filtered(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await wait_until(pilot, lambda: getattr(app.screen, "total", 0) == 17)
+        app.screen.set_filter("problem:p01 dsl:tirx")
+        await wait_until(pilot, lambda: app.screen.total == 4)
+        app.screen.action_focus_table()
+        no_blink(pilot)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_attempt_trajectory(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        app.open_attempt(1)
+        await wait_until(pilot, lambda: isinstance(app.screen, AttemptDetailScreen)
+                         and app.screen.step_count == 2)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_attempt_feedback(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        app.open_attempt(3)
+        await wait_until(pilot, lambda: isinstance(app.screen, AttemptDetailScreen)
+                         and app.screen.row is not None)
+        await pilot.press("f")
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_transfer_inspector(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        app.open_comparison(1)
+        await wait_until(pilot, lambda: isinstance(app.screen, TransferScreen)
+                         and app.screen.view is not None)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_lift(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("2")
+        await wait_until(pilot, lambda: isinstance(app.screen, LiftScreen)
+                         and app.screen.report is not None, timeout=30)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_launch_preview(snap_compare, app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(FIXTURES)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("3")
+        await wait_until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        screen = app.screen
+        screen.query_one("#config-path", Input).value = "launch.toml"
+        screen.load_config("launch.toml")
+        await wait_until(pilot, lambda: screen.config is not None)
+        screen.preview()
+        await wait_until(pilot, lambda: "attempts," in str(
+            screen.query_one("#plan-preview").content), timeout=20)
+        screen.query_one("#launch-models").focus()
+        no_blink(pilot)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+
+
+def test_rubric(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("4")
+        await wait_until(pilot, lambda: isinstance(app.screen, RubricScreen)
+                         and app.screen.query_one("#rubric-skill-table").row_count == 1)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
