@@ -1,0 +1,68 @@
+"""What an attempt reports while it runs, and a simple in-memory observer for tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.grading.api import Feedback
+
+
+class AttemptObserver(Protocol):
+    """Receives an attempt's events as they happen (the lead's SQLite writer implements it).
+
+    ``step`` is one ATIF step as a JSON dict (analysis/plan in ``message``, keystrokes in
+    ``tool_calls``, terminal output in ``observation``, tokens in ``metrics``). ``event`` is a
+    lifecycle or fault record: ``{"kind": ..., "try": n, "message": ..., ...}``.
+    """
+
+    async def step_recorded(self, attempt_id: str, step: dict[str, Any]) -> None: ...
+
+    async def submission_received(self, attempt_id: str, n: int, source: str) -> None: ...
+
+    async def submission_rejected(self, attempt_id: str, reason: str, detail: str) -> None: ...
+
+    async def feedback_returned(self, attempt_id: str, n: int, feedback: Feedback) -> None: ...
+
+    async def skill_updated(self, attempt_id: str, text: str) -> None: ...
+
+    async def event(self, attempt_id: str, event: dict[str, Any]) -> None: ...
+
+    async def attempt_finished(self, attempt_id: str, outcome: Any) -> None: ...
+
+
+@dataclass
+class MemoryObserver:
+    """Keeps every event in lists; good for tests and debugging."""
+
+    steps: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    submissions: list[tuple[str, int, str]] = field(default_factory=list)
+    rejections: list[tuple[str, str, str]] = field(default_factory=list)
+    feedback: list[tuple[str, int, Feedback]] = field(default_factory=list)
+    skills: list[tuple[str, str]] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    outcomes: list[tuple[str, Any]] = field(default_factory=list)
+
+    async def step_recorded(self, attempt_id: str, step: dict[str, Any]) -> None:
+        self.steps.append((attempt_id, step))
+
+    async def submission_received(self, attempt_id: str, n: int, source: str) -> None:
+        self.submissions.append((attempt_id, n, source))
+
+    async def submission_rejected(self, attempt_id: str, reason: str, detail: str) -> None:
+        self.rejections.append((attempt_id, reason, detail))
+
+    async def feedback_returned(self, attempt_id: str, n: int, feedback: Feedback) -> None:
+        self.feedback.append((attempt_id, n, feedback))
+
+    async def skill_updated(self, attempt_id: str, text: str) -> None:
+        self.skills.append((attempt_id, text))
+
+    async def event(self, attempt_id: str, event: dict[str, Any]) -> None:
+        self.events.append((attempt_id, event))
+
+    async def attempt_finished(self, attempt_id: str, outcome: Any) -> None:
+        self.outcomes.append((attempt_id, outcome))
+
+    def event_kinds(self) -> list[str]:
+        return [e["kind"] for _, e in self.events]

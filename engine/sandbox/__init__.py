@@ -1,0 +1,1 @@
+"""Sandboxes for agent attempts: Harbor environment classes (default: Linux namespaces)."""

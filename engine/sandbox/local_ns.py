@@ -1,0 +1,365 @@
+"""A Docker-free Harbor environment: one set of Linux namespaces per attempt.
+
+Each sandbox is a long-lived "holder" process started with ``unshare`` in fresh mount, PID
+and (unless the task asks for public network) network namespaces, so the sandbox sees no
+network interface except a loopback that is down. Inside the mount namespace, private host
+directories are bind-mounted over the task paths (workdir, ``/tests``, ``/solution``,
+``/mkb``, the private HOME ``/mkb-home``, ``/tmp``) and Harbor's log directories
+(``/logs/agent`` …) over the trial's folders.
+
+Commands run with ``nsenter`` into the holder's namespaces, with a clean environment (host
+secrets such as API keys never reach the sandbox). Files move through
+``/proc/<init>/root``, so uploads and downloads see exactly what the sandbox sees. Stopping
+kills the PID namespace's init, which takes every sandbox process with it; the mounts vanish
+with the namespace.
+
+CPU and memory limits come from a per-sandbox cgroup when the host allows one; otherwise
+they are logged as not applied. Requirements: Linux, root (or CAP_SYS_ADMIN), util-linux
+``unshare``/``nsenter``, and tmux for Terminus-2. The rest of the host filesystem stays
+visible (and writable by root): this is isolation of processes, network and scratch space,
+not a jail. Where namespaces are not permitted, :class:`SandboxUnavailableError` says so;
+the documented fall-back is Harbor's Docker environment (``-e docker``) with the task's
+``environment/Dockerfile``.
+
+Use it from Harbor::
+
+    harbor run -p TASK -a oracle -e engine.sandbox.local_ns:LocalNamespaceEnvironment
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.capabilities import EnvironmentCapabilities
+from harbor.models.task.config import NetworkMode
+
+from engine.sandbox.limits import CgroupLimits
+
+READY_MARKER = "mkb-sandbox-ready"
+DEFAULT_PRIVATE_DIRS = ("/mkb",)
+DEFAULT_WORKDIR = "/workspace"
+SANDBOX_HOME = "/mkb-home"  # a private HOME (not /root: the host Python may live under it)
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+START_TIMEOUT_S = 20.0
+
+
+class SandboxUnavailableError(RuntimeError):
+    """This host cannot create the namespaces the local sandbox needs."""
+
+
+class SandboxStartError(RuntimeError):
+    """The sandbox's namespaces or mounts could not be set up."""
+
+
+def namespace_support_problem() -> str | None:
+    """Why namespaces cannot be used here, or None when they can."""
+    if not sys.platform.startswith("linux"):
+        return f"Linux namespaces need Linux (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return "creating mount/PID/network namespaces needs root (or CAP_SYS_ADMIN)"
+    for tool in ("unshare", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"the util-linux tool {tool!r} is not installed"
+    return None
+
+
+def default_python_bin() -> Path:
+    """The folder of the Python the sandbox puts first on PATH (the host venv by default)."""
+    return Path(sys.executable).parent
+
+
+class LocalNamespaceEnvironment(BaseEnvironment):
+    """Per-trial Linux namespaces on this host (see the module docstring)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        root_dir: str | None = None,
+        python_bin: str | None = None,
+        private_dirs: list[str] | tuple[str, ...] = DEFAULT_PRIVATE_DIRS,
+        limit_resources: bool = True,
+        visible_gpus: str = "",
+        **kwargs: Any,
+    ) -> None:
+        self._root_dir = (
+            Path(root_dir or os.environ.get("MKB_SANDBOX_ROOT") or Path(tempfile.gettempdir()))
+            / "mkb-sandboxes"
+        )
+        self._python_bin = Path(python_bin) if python_bin else default_python_bin()
+        self._private_dirs = tuple(private_dirs)
+        self._limit_resources = limit_resources
+        self._visible_gpus = visible_gpus
+        self._base: Path | None = None
+        self._holder: subprocess.Popen[bytes] | None = None
+        self._init_pid: int | None = None
+        self._cgroup: CgroupLimits | None = None
+        kwargs.setdefault("auto_mounting", True)
+        super().__init__(*args, **kwargs)
+
+    # -- Harbor's abstract interface ---------------------------------------------------------
+
+    @staticmethod
+    def type() -> str:
+        return "mkb-local-ns"
+
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        return EnvironmentCapabilities(mounted=True, disable_internet=True, gpus=False)
+
+    def _validate_definition(self) -> None:
+        if not self.environment_dir.is_dir():
+            raise FileNotFoundError(f"environment directory not found: {self.environment_dir}")
+
+    @property
+    def workdir(self) -> str:
+        return self.task_env_config.workdir or DEFAULT_WORKDIR
+
+    @property
+    def isolate_network(self) -> bool:
+        """No network unless both the runtime policy and the task ask for public access."""
+        task_mode = getattr(self.task_env_config, "network_mode", NetworkMode.PUBLIC)
+        policy_mode = self.network_policy.network_mode
+        return not (policy_mode == NetworkMode.PUBLIC and task_mode == NetworkMode.PUBLIC)
+
+    @property
+    def init_pid(self) -> int:
+        if self._init_pid is None:
+            raise RuntimeError("the sandbox is not running")
+        return self._init_pid
+
+    async def start(self, force_build: bool) -> None:
+        problem = namespace_support_problem()
+        if problem:
+            raise SandboxUnavailableError(
+                f"The local namespace sandbox cannot run here: {problem}. Fall back to "
+                "Harbor's Docker environment (--environment docker, using the task's "
+                "environment/Dockerfile) or run mkb as root on Linux."
+            )
+        self._root_dir.mkdir(parents=True, exist_ok=True)
+        base = Path(tempfile.mkdtemp(prefix=f"{self.session_id[:60]}-", dir=self._root_dir))
+        self._base = base
+        table = self._mount_table(base)
+        self._prepare_host_dirs(base, table)
+        if self._limit_resources:
+            self._cgroup = CgroupLimits(
+                name=base.name,
+                cpus=float(self.task_env_config.cpus) if self.task_env_config.cpus else None,
+                memory_mb=self.task_env_config.memory_mb,
+            )
+            self._cgroup.create()
+            if self._cgroup.problems:
+                self.logger.warning(
+                    "sandbox resource limits not fully applied: %s",
+                    "; ".join(self._cgroup.problems),
+                )
+        await self._start_holder(table)
+
+    def _mount_table(self, base: Path) -> list[tuple[Path, str]]:
+        """(host source, sandbox target) pairs, in mount order; /tmp last."""
+        table: list[tuple[Path, str]] = [
+            (base / "work", self.workdir),
+            (base / "tests", "/tests"),
+            (base / "solution", "/solution"),
+            (base / "home", SANDBOX_HOME),
+        ]
+        for i, target in enumerate(self._private_dirs):
+            table.append((base / f"private{i}", target))
+        for mount in self._mounts:
+            table.append((Path(mount["source"]), str(mount["target"])))
+        table.append((base / "tmp", "/tmp"))
+        return table
+
+    def _prepare_host_dirs(self, base: Path, table: list[tuple[Path, str]]) -> None:
+        for source, target in table:
+            source.mkdir(parents=True, exist_ok=True)
+            Path(target).mkdir(parents=True, exist_ok=True)  # the mount point on the host
+        for item in self.environment_dir.iterdir():
+            if item.name in ("Dockerfile", "docker-compose.yaml", ".dockerignore"):
+                continue
+            dest = base / "work" / item.name
+            if item.is_dir():
+                shutil.copytree(item, dest, dirs_exist_ok=True)
+            else:
+                shutil.copy2(item, dest)
+        profile = (
+            f'export PATH="{self._python_bin}:{self.workdir}/bin:$PATH"\n'
+            f"cd {self.workdir} 2>/dev/null || true\n"
+        )
+        (base / "home" / ".bash_profile").write_text(profile)
+
+    async def _start_holder(self, table: list[tuple[Path, str]]) -> None:
+        mounts = " && ".join(f"mount --bind {_q(str(src))} {_q(dst)}" for src, dst in table)
+        script = f"{mounts} && echo {READY_MARKER} && exec sleep infinity"
+        argv = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private"]
+        if self.isolate_network:
+            argv.append("--net")
+        argv += ["--mount-proc", "--", "/bin/sh", "-c", script]
+        cgroup = self._cgroup
+        # A plain Popen (not an asyncio subprocess): the holder outlives many event-loop
+        # turns and is reaped here, in stop(), whoever else waits on children.
+        self._holder = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=cgroup.join if cgroup else None,
+        )
+        holder = self._holder
+        assert holder.stdout is not None
+        try:
+            line = await asyncio.wait_for(
+                asyncio.to_thread(holder.stdout.readline), START_TIMEOUT_S
+            )
+        except TimeoutError:
+            line = b""
+        if line.decode().strip() != READY_MARKER:
+            holder.kill()
+            err = b""
+            with contextlib.suppress(Exception):
+                _, err = await asyncio.to_thread(holder.communicate, None, 5)
+            raise SandboxStartError(
+                f"sandbox namespaces did not come up: {err.decode(errors='replace').strip()}"
+            )
+        children = Path(f"/proc/{self._holder.pid}/task/{self._holder.pid}/children")
+        pids = children.read_text().split()
+        if not pids:
+            raise SandboxStartError("sandbox init process vanished right after start")
+        self._init_pid = int(pids[0])
+
+    async def stop(self, delete: bool) -> None:
+        if self._init_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._init_pid, signal.SIGKILL)
+        if self._holder is not None:
+            holder = self._holder
+            with contextlib.suppress(ProcessLookupError):
+                holder.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(holder.wait, 10)
+            for stream in (holder.stdout, holder.stderr):
+                if stream is not None:
+                    stream.close()
+        self._init_pid = None
+        self._holder = None
+        if self._cgroup is not None:
+            for _ in range(20):
+                self._cgroup.remove()
+                if not self._cgroup.dirs:
+                    break
+                await asyncio.sleep(0.1)
+        if delete and self._base is not None:
+            shutil.rmtree(self._base, ignore_errors=True)
+
+    def _sandbox_env(self, env: dict[str, str] | None) -> dict[str, str]:
+        clean = {
+            "PATH": f"{self._python_bin}:{self.workdir}/bin:{SANDBOX_PATH}",
+            "HOME": SANDBOX_HOME,
+            "TERM": "xterm-256color",
+            "LANG": "C.UTF-8",
+            "CUDA_VISIBLE_DEVICES": self._visible_gpus,
+            "MKB_SANDBOX": "local-ns",
+        }
+        clean.update(self._merge_env(env) or {})
+        return clean
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        argv = ["nsenter", "-t", str(self.init_pid), "-m", "-p"]
+        if self.isolate_network:
+            argv.append("-n")
+        argv += [f"--wdns={cwd or self.workdir}", "--"]
+        who = self._resolve_user(user)
+        if who not in (None, "root", 0, "0"):
+            argv += ["runuser", "-u", str(who), "--"]
+        argv += ["bash", "-c", command]
+        cgroup = self._cgroup
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self._sandbox_env(env),
+            start_new_session=True,
+            preexec_fn=cgroup.join if cgroup else None,
+        )
+        callback = self._output_callback()
+
+        async def pump(stream: asyncio.StreamReader | None, name: str) -> str:
+            chunks: list[str] = []
+            if stream is None:
+                return ""
+            while True:
+                data = await stream.read(65536)
+                if not data:
+                    break
+                text = data.decode(errors="replace")
+                chunks.append(text)
+                if callback is not None:
+                    await callback(text, name)  # type: ignore[arg-type]
+            return "".join(chunks)
+
+        readers = asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
+        try:
+            stdout, stderr = await asyncio.wait_for(readers, timeout_sec)
+            code = await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            return ExecResult(
+                stdout="", stderr=f"command timed out after {timeout_sec} s", return_code=124
+            )
+        except asyncio.CancelledError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        return ExecResult(stdout=stdout, stderr=stderr, return_code=code)
+
+    # -- file transfer through the holder's view of the filesystem ---------------------------
+
+    def host_path(self, sandbox_path: str | PurePosixPath) -> Path:
+        """Where a sandbox path is reachable from the host (through /proc/<init>/root)."""
+        path = PurePosixPath(sandbox_path)
+        if not path.is_absolute():
+            path = PurePosixPath(self.workdir) / path
+        return Path(f"/proc/{self.init_pid}/root") / str(path).lstrip("/")
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        dest = self.host_path(target_path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(shutil.copy2, source_path, dest)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        dest = self.host_path(target_dir)
+        await asyncio.to_thread(shutil.copytree, source_dir, dest, dirs_exist_ok=True)
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(shutil.copy2, self.host_path(source_path), target_path)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        await asyncio.to_thread(
+            shutil.copytree, self.host_path(source_dir), target_dir, dirs_exist_ok=True
+        )
+
+
+def _q(text: str) -> str:
+    """Single-quote a string for /bin/sh."""
+    return "'" + text.replace("'", "'\"'\"'") + "'"

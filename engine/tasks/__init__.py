@@ -1,0 +1,1 @@
+"""Task variants: one Harbor task directory per problem × DSL (instruction, files, tests)."""

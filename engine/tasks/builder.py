@@ -1,0 +1,253 @@
+"""Build one Harbor task directory per problem × DSL, content-hashed so stale builds show.
+
+Layout of a built variant ``<out>/<pid>-<dsl>/``::
+
+    task.toml            agent timeout = budget, no network, 2 CPUs, 8 GB, workdir /workspace
+    instruction.md       the instruction (plus a transferred skill for skill-conditioned runs)
+    manifest.json        inputs hash, file hashes, DSL package versions
+    environment/         copied into the workdir: problem.py, problems/ (helpers the problem
+                         imports), CONTRACT.md, bin/submit, docs/, Dockerfile (for docker)
+    tests/               the final evaluation for plain ``harbor run`` (CPU preview)
+    solution/solve.sh    only when a reference solution is given (oracle runs)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import problems
+from engine.tasks import instruction as ins
+from engine.tasks.docs import build_docs, package_version
+from engine.tasks.dsls import DslInfo, dsl_info
+from engine.tasks.final_eval_script import FINAL_EVAL_PY, TEST_SH
+from engine.tasks.submit_script import MAILBOX, SUBMIT_PATH, render_submit_script
+
+BUILDER_VERSION = "1"
+DEFAULT_BUDGET_S = 40 * 60
+DEFAULT_MAX_SUBMISSIONS = 10
+MAX_SOURCE_BYTES = ins.MAX_SOURCE_KB * 1024
+CPUS = 2
+MEMORY_MB = 8192
+VENDORED_MODULES = ("common.py", "spec.py", "compare.py")
+MANIFEST = "manifest.json"
+BASE_IMAGE = "pytorch/pytorch:2.13.0-cuda13.2-cudnn9-runtime"
+
+
+@dataclass(frozen=True)
+class BuiltTask:
+    path: Path
+    problem_id: str
+    dsl: str
+    inputs_sha256: str
+
+
+def _problem_source(problem_id: str) -> tuple[object, bytes]:
+    from problems import registry
+
+    problem = registry.get(problem_id)
+    return problem, Path(problem.path).read_bytes()
+
+
+def _vendored_sources() -> dict[str, bytes]:
+    root = Path(problems.__file__).resolve().parent
+    return {name: (root / name).read_bytes() for name in VENDORED_MODULES}
+
+
+def inputs_hash(
+    problem_source: bytes,
+    dsl: DslInfo,
+    budget_s: int,
+    max_submissions: int,
+    source_skill: str | None,
+    source_dsl: str | None,
+    solution_source: str | None,
+) -> str:
+    """A hash over everything a built task depends on (sources, parameters, versions)."""
+    h = hashlib.sha256()
+    parts: list[bytes] = [
+        BUILDER_VERSION.encode(),
+        problem_source,
+        *(_vendored_sources()[n] for n in VENDORED_MODULES),
+        Path(ins.__file__).read_bytes(),
+        render_submit_script(MAX_SOURCE_BYTES).encode(),
+        FINAL_EVAL_PY.encode(),
+        dsl.key.encode(),
+        str(package_version(dsl.distribution)).encode(),
+        str(budget_s).encode(),
+        str(max_submissions).encode(),
+        (source_skill or "").encode(),
+        (source_dsl or "").encode(),
+        (solution_source or "").encode(),
+    ]
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+def files_hash(task_dir: Path) -> dict[str, str]:
+    """sha256 of every file in a built task except the manifest."""
+    out: dict[str, str] = {}
+    for path in sorted(task_dir.rglob("*")):
+        if path.is_file() and path.name != MANIFEST:
+            out[str(path.relative_to(task_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def task_toml(problem_id: str, dsl: DslInfo, budget_s: int) -> str:
+    return f"""schema_version = "1.4"
+
+[metadata]
+problem = "{problem_id}"
+dsl = "{dsl.key}"
+builder = "mkb {BUILDER_VERSION}"
+
+[agent]
+timeout_sec = {float(budget_s)}
+
+[verifier]
+timeout_sec = 900.0
+
+[environment]
+build_timeout_sec = 600.0
+cpus = {CPUS}
+memory_mb = {MEMORY_MB}
+network_mode = "no-network"
+workdir = "{ins.WORKDIR}"
+"""
+
+
+def dockerfile(dsl: DslInfo) -> str:
+    reqs = " ".join(f'"{r}"' for r in dsl.requirements)
+    return (
+        f"FROM {BASE_IMAGE}\n"
+        "RUN apt-get update && apt-get install -y --no-install-recommends tmux "
+        "&& rm -rf /var/lib/apt/lists/*\n"
+        f"RUN pip install --no-cache-dir {reqs}\n"
+        f"WORKDIR {ins.WORKDIR}\n"
+        f"COPY . {ins.WORKDIR}/\n"
+        f"RUN mkdir -p {MAILBOX} && ln -s {ins.WORKDIR}/{SUBMIT_PATH} /usr/local/bin/submit\n"
+    )
+
+
+def build_task(
+    problem_id: str,
+    dsl: str,
+    out_root: Path,
+    *,
+    budget_s: int = DEFAULT_BUDGET_S,
+    max_submissions: int = DEFAULT_MAX_SUBMISSIONS,
+    source_skill: str | None = None,
+    source_dsl: str | None = None,
+    solution_source: str | None = None,
+    name: str | None = None,
+) -> BuiltTask:
+    """Write one task variant; returns where it is. Rebuilds from scratch every time."""
+    info = dsl_info(dsl)
+    problem, problem_src = _problem_source(problem_id)
+    digest = inputs_hash(
+        problem_src, info, budget_s, max_submissions, source_skill, source_dsl, solution_source
+    )
+    task_dir = Path(out_root) / (name or f"{problem.id}-{info.key}")  # type: ignore[attr-defined]
+    if task_dir.exists():
+        shutil.rmtree(task_dir)
+    env_dir = task_dir / "environment"
+    tests_dir = task_dir / "tests"
+    (env_dir / "problems").mkdir(parents=True)
+    (env_dir / "bin").mkdir()
+    (tests_dir / "problems").mkdir(parents=True)
+
+    params = ins.InstructionParams(
+        problem_id=problem.id,  # type: ignore[attr-defined]
+        problem_description=problem.description,  # type: ignore[attr-defined]
+        inputs=problem.inputs,  # type: ignore[attr-defined]
+        outputs=problem.outputs,  # type: ignore[attr-defined]
+        workload=dict(problem.workload),  # type: ignore[attr-defined]
+        dsl=info,
+        budget_minutes=round(budget_s / 60),
+        max_submissions=max_submissions,
+    )
+    text = ins.render_instruction(params)
+    if source_skill is not None:
+        text = ins.append_transferred_skill(text, source_skill, dsl_info(source_dsl or ""), info)
+    (task_dir / "instruction.md").write_text(text)
+    (task_dir / "task.toml").write_text(task_toml(problem.id, info, budget_s))  # type: ignore[attr-defined]
+
+    for folder in (env_dir, tests_dir):
+        (folder / ins.PROBLEM_FILE).write_bytes(problem_src)
+        (folder / "problems" / "__init__.py").write_text('"""Helpers the problem imports."""\n')
+        for mod, data in _vendored_sources().items():
+            (folder / "problems" / mod).write_bytes(data)
+    (env_dir / ins.CONTRACT_FILE).write_text(ins.render_contract(info))
+    submit = env_dir / SUBMIT_PATH
+    submit.write_text(render_submit_script(MAX_SOURCE_BYTES))
+    submit.chmod(0o755)
+    (env_dir / "Dockerfile").write_text(dockerfile(info))
+    docs_summary = build_docs(info, env_dir / ins.DOCS_DIR)
+
+    test_sh = tests_dir / "test.sh"
+    test_sh.write_text(TEST_SH.format(workdir=ins.WORKDIR, solution=ins.SOLUTION_FILE))
+    test_sh.chmod(0o755)
+    (tests_dir / "final_eval.py").write_text(FINAL_EVAL_PY)
+
+    if solution_source is not None:
+        sol_dir = task_dir / "solution"
+        sol_dir.mkdir()
+        (sol_dir / "solution.py").write_text(solution_source)
+        solve = sol_dir / "solve.sh"
+        solve.write_text(
+            f"#!/bin/bash\ncp /solution/solution.py {ins.WORKDIR}/{ins.SOLUTION_FILE}\n"
+        )
+        solve.chmod(0o755)
+
+    manifest = {
+        "problem": problem.id,  # type: ignore[attr-defined]
+        "dsl": info.key,
+        "budget_s": budget_s,
+        "max_submissions": max_submissions,
+        "transfer_from": source_dsl if source_skill is not None else None,
+        "builder": BUILDER_VERSION,
+        "inputs_sha256": digest,
+        "docs": docs_summary,
+        "files": files_hash(task_dir),
+    }
+    (task_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return BuiltTask(task_dir, problem.id, info.key, digest)  # type: ignore[attr-defined]
+
+
+def staleness(task_dir: Path) -> list[str]:
+    """Why a built task no longer matches its inputs or its own files (empty: up to date)."""
+    path = Path(task_dir) / MANIFEST
+    if not path.is_file():
+        return ["no manifest.json (not built by mkb tasks build)"]
+    manifest = json.loads(path.read_text())
+    reasons: list[str] = []
+    try:
+        _, src = _problem_source(manifest["problem"])
+    except KeyError as exc:
+        return [f"problem no longer exists: {exc}"]
+    solution = Path(task_dir) / "solution" / "solution.py"
+    instruction = (Path(task_dir) / "instruction.md").read_text()
+    skill = None
+    if manifest.get("transfer_from"):
+        skill = instruction.split(ins.TRANSFER_HEADER, 1)[-1].split("\n\n", 2)[-1]
+    expected = inputs_hash(
+        src,
+        dsl_info(manifest["dsl"]),
+        manifest["budget_s"],
+        manifest["max_submissions"],
+        skill,
+        manifest.get("transfer_from"),
+        solution.read_text() if solution.is_file() else None,
+    )
+    if expected != manifest["inputs_sha256"]:
+        reasons.append("inputs changed since the build (problem, templates, versions or params)")
+    current = files_hash(Path(task_dir))
+    changed = sorted(set(current.items()).symmetric_difference(manifest["files"].items()), key=str)
+    if changed:
+        names = sorted({name for name, _ in changed})
+        reasons.append(f"files edited after the build: {', '.join(names[:5])}")
+    return reasons
