@@ -450,6 +450,10 @@ class Engine:
             )
 
         await self.store.write(record)
+        if outcome == "preview" and not self.preview:
+            # graded without a GPU: the whole experiment is a PREVIEW, never scored
+            self.preview = True
+            await self.store.write(writes.mark_experiment_preview, self.config.id)
         self.bus.emit("attempt_finished", self.config.id, attempt_id, state=state,
                       outcome=outcome, speedup=final.speedup if final else None)
         await self._comparisons_for(node)

@@ -126,6 +126,14 @@ def create_experiment(
     append_event(db, "experiment_created", {"name": name}, experiment_id=experiment_id)
 
 
+def mark_experiment_preview(db: Database, experiment_id: str) -> None:
+    """Label an experiment PREVIEW (some verdict came from CPU preview grading)."""
+    db.execute(
+        "UPDATE experiments SET preview=1, updated_at=? WHERE id=?", [now(), experiment_id]
+    )
+    append_event(db, "experiment_preview", {}, experiment_id=experiment_id)
+
+
 def set_experiment_state(db: Database, experiment_id: str, state: str) -> None:
     db.execute(
         "UPDATE experiments SET state=?, updated_at=? WHERE id=?", [state, now(), experiment_id]

@@ -104,6 +104,7 @@ def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
         store.close()
         return 130
     store.close()
+    preview = preview or engine.preview
     report = dataclasses.asdict(summary)
     if json_events:
         print(json.dumps({"kind": "summary", **report}))

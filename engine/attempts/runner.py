@@ -132,7 +132,8 @@ async def model_endpoint(spec: AttemptSpec) -> AsyncIterator[AttemptSpec]:
 
     The scenario (a bundled name such as ``p28_solo`` or a TOML path; ``{kind}`` in it
     becomes ``solo`` or ``skill`` by arm, e.g. ``p28_{kind}``) is served on 127.0.0.1 for
-    this attempt only, with the attempt's DSL and problem as its variables.
+    this attempt only, with the attempt's DSL and problem as its variables; ``{problem}``
+    becomes the problem id (e.g. ``{problem}_{kind}``).
     """
     extra = dict(spec.model.extra)
     scenario = extra.pop("scenario", None)
@@ -140,6 +141,7 @@ async def model_endpoint(spec: AttemptSpec) -> AsyncIterator[AttemptSpec]:
         yield spec
         return
     scenario = str(scenario).replace("{kind}", "skill" if spec.is_transfer else "solo")
+    scenario = scenario.replace("{problem}", spec.problem_id)
     variables = {"dsl": spec.dsl, "problem_id": spec.problem_id}
     server = ScriptedLLMServer(Scenario.load(scenario, variables))
     await server.start()
