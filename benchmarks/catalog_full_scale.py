@@ -7,6 +7,7 @@ record peak GPU memory. One JSON object per problem is written to OUT (and print
 
     PYTHONPATH=. python3 benchmarks/catalog_full_scale.py --out catalog.json [--calls 5]
         [--budget-s 540] [IDS...]
+    .venv/bin/python benchmarks/catalog_full_scale.py --render catalog.json > docs/catalog.md
 """
 
 from __future__ import annotations
@@ -76,13 +77,53 @@ def time_problem(problem, calls: int) -> dict[str, object]:  # type: ignore[no-u
     return row
 
 
+def render(path: str) -> str:
+    """docs/catalog.md from a results file: one row per problem, in catalog order."""
+    data = json.loads(Path(path).read_text())
+    rows = {r["id"]: r for r in data["problems"]}
+    lines = [
+        "# Catalog: full-scale figures",
+        "",
+        f"Measured on {data['device']} (torch {data['torch']}) with "
+        "`benchmarks/catalog_full_scale.py`: the full workload built on the GPU, the float64",
+        "anchor run once, the eager reference timed end to end with CUDA events (1 warmup and",
+        "5 timed calls, fresh inputs each). SOL = max(FLOPs / peak, bytes / bandwidth) on H200",
+        "peaks (`problems/sol.py`); *eager / SOL* says how far eager PyTorch is from the bound.",
+        "",
+        "| id | problem | family | eager median (ms) | IQR (ms) | anchor (s) | peak GPU (GB) "
+        "| SOL (ms) | eager / SOL |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for problem in catalog():
+        r = rows.get(problem.id, {})
+        if "error" in r:
+            lines.append(f"| {problem.id} | {problem.slug} | {problem.family} | "
+                         f"not measured: {r['error'][:80]} | | | | | |")
+            continue
+        ratio = (r["eager_median_ms"] / r["sol_ms"]) if r.get("sol_ms") else None
+        lines.append(
+            f"| {problem.id} | {problem.slug} | {problem.family} | {r.get('eager_median_ms', '')}"
+            f" | {r.get('eager_iqr_ms', '')} | {r.get('anchor_s', '')} | "
+            f"{r.get('peak_gpu_gb', '')} | {r.get('sol_ms', '')} | "
+            f"{'' if ratio is None else f'{ratio:.1f}×'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("ids", nargs="*")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
+    parser.add_argument("--render", metavar="RESULTS_JSON",
+                        help="print docs/catalog.md from a results file and exit")
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--budget-s", type=float, default=540.0)
     args = parser.parse_args()
+    if args.render:
+        sys.stdout.write(render(args.render))
+        return 0
+    if not args.out:
+        parser.error("--out is required")
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
