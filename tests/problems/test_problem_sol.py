@@ -1,0 +1,31 @@
+"""SOL estimates: the slower of the compute bound and the memory bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from problems.sol import H200, Hardware, sol_estimate
+from problems.spec import Cost
+
+
+def test_compute_bound_sums_math_types():
+    hw = Hardware("toy", {"bf16": 100.0, "fp32": 10.0}, bandwidth=1000.0)
+    est = sol_estimate(Cost(flops={"bf16": 200.0, "fp32": 30.0}, bytes=500.0), hw)
+    assert est.compute_s == pytest.approx(2.0 + 3.0)
+    assert est.memory_s == pytest.approx(0.5)
+    assert est.seconds == pytest.approx(5.0) and est.bound == "compute"
+
+
+def test_memory_bound_on_h200():
+    cost = Cost(flops={"fp32": 1e6}, bytes=H200.bandwidth * 1e-3)
+    est = sol_estimate(cost)
+    assert est.bound == "memory"
+    assert est.seconds == pytest.approx(1e-3)
+    assert est.as_dict()["sol_us"] == pytest.approx(1000.0)
+
+
+def test_every_math_type_has_a_peak():
+    from problems.spec import MATH_TYPES
+
+    assert set(MATH_TYPES) <= set(H200.peaks)
+    assert H200.peaks["fp8"] > H200.peaks["bf16"] > H200.peaks["fp32"]
