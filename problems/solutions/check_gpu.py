@@ -1,0 +1,86 @@
+"""Grade every reference solution on a CUDA host, one JSON feedback per solution.
+
+    PYTHONPATH=. python3 problems/solutions/check_gpu.py OUT_DIR [p28 p25 ...] [--dsl cute]
+
+Runs ``engine.grading`` exactly as ``mkb grade PNN --dsl DSL FILE --device cuda`` does (a
+fresh worker per solution, full workload, every check including the DSL launch count and the
+bypass test) and writes ``OUT_DIR/<file stem>.json`` plus ``OUT_DIR/summary.json``. Prints one
+line per solution. Exit 0 iff every graded solution passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def solution_files(only: list[str], dsl: str | None) -> list[Path]:
+    """Solution files ``pNN_<dsl>.py``, optionally restricted to problem ids and one DSL."""
+    files = sorted(HERE.glob("p[0-9][0-9]_*.py"))
+    picked = [f for f in files if not only or f.name.split("_")[0] in only]
+    return [f for f in picked if dsl is None or f.stem.split("_", 1)[1] == dsl]
+
+
+def summarize(stem: str, fb: dict[str, object], seconds: float) -> dict[str, object]:
+    """The fields of a feedback worth a glance."""
+    keys = (
+        "verdict",
+        "reason",
+        "message",
+        "speedup",
+        "impl_median_ms",
+        "eager_median_ms",
+        "dsl_launches_per_call",
+        "bypass",
+    )
+    row: dict[str, object] = {"solution": stem, "wall_s": round(seconds, 1)}
+    row.update({k: fb.get(k) for k in keys})
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("only", nargs="*", help="problem ids (default: all)")
+    parser.add_argument("--dsl", choices=("cute", "tirx"), default=None)
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a preview)")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+
+    from engine.grading.api import GradeRequest
+    from engine.grading.evaluate import EvalConfig, grade_in_subprocess
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for path in solution_files(args.only, args.dsl):
+        problem_id, dsl = path.stem.split("_", 1)
+        source = path.read_text(encoding="utf-8")
+        request = GradeRequest(problem_id, dsl, source, device=args.device, request_id=path.name)
+        start = time.monotonic()
+        feedback = grade_in_subprocess(request, EvalConfig(timeout_s=args.timeout), args.device)
+        data = feedback.to_dict()
+        (args.out_dir / f"{path.stem}.json").write_text(json.dumps(data, indent=2, default=str))
+        row = summarize(path.stem, data, time.monotonic() - start)
+        rows.append(row)
+        speedup = row["speedup"]
+        shown = f"{speedup:.2f}x" if isinstance(speedup, (int, float)) else "-"
+        print(
+            f"{path.stem:14s} {row['verdict']!s:8s} {row['reason']!s:28s} speedup {shown:>8s} "
+            f"launches {row['dsl_launches_per_call']} bypass {row['bypass']} "
+            f"({row['wall_s']} s)",
+            flush=True,
+        )
+    (args.out_dir / "summary.json").write_text(json.dumps(rows, indent=2, default=str))
+    return 0 if rows and all(r["verdict"] == "pass" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Compile every reference solution for sm_90a on a host without a GPU.
+
+Run with an interpreter that has torch and both DSLs (the repo's venv has neither DSL):
+
+    CUTE_DSL_ARCH=sm_90a CUDA_PATH=<toolkit or header shim> \\
+        DSL_PYTHON -m problems.solutions.compile_check [p28 ...]
+
+Each solution is called once on the problem's smoke inputs on the CPU, with the DSL's compile
+entry point wrapped so that compiled kernels are kept but their launches do nothing (a launch
+needs a GPU). That compiles every kernel (CuTe: ``cute.compile`` to a cubin; TIRx:
+``tvm.compile`` to CUDA C, then NVRTC to an sm_90a cubin) and runs the eager glue around them
+on CPU tensors, so shape errors there show up too (outputs are garbage, nothing is checked).
+Convention the solutions follow: CuTe files keep compiled functions in ``_CACHE`` (a dict),
+TIRx files keep executables in ``_EXE`` (a list). Exit 0 iff every file compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+
+
+def solution_files(only: list[str]) -> list[Path]:
+    """Solution files ``pNN_<dsl>.py``, optionally restricted to problem ids."""
+    files = sorted(HERE.glob("p[0-9][0-9]_*.py"))
+    return [f for f in files if not only or f.name.split("_")[0] in only]
+
+
+class _NoLaunch:
+    """A compiled kernel that keeps its metadata but does not launch."""
+
+    def __init__(self, compiled: object) -> None:
+        self.compiled = compiled
+        self.kernel_info = getattr(compiled, "kernel_info", {})
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+class _TirxNoLaunch:
+    """A TIRx executable whose functions do not launch; ``mod`` is the real module."""
+
+    def __init__(self, exe: object) -> None:
+        self.mod = exe.mod  # type: ignore[attr-defined]
+
+    def __getitem__(self, name: str) -> _NoLaunch:
+        return _NoLaunch(None)
+
+    def __call__(self, *args: object) -> None:
+        return None
+
+
+def stub_launches(dsl: str) -> None:
+    """Wrap the DSL's compile entry point so compiled kernels never launch."""
+    if dsl == "cute":
+        import cutlass.cute as cute
+
+        real = cute.compile
+        if not getattr(real, "_no_launch", False):
+
+            def compile_only(*args: object, **kwargs: object) -> _NoLaunch:
+                return _NoLaunch(real(*args, **kwargs))
+
+            compile_only._no_launch = True  # type: ignore[attr-defined]
+            cute.compile = compile_only
+    else:
+        import tvm
+
+        real_tvm = tvm.compile
+        if not getattr(real_tvm, "_no_launch", False):
+
+            def build_only(*args: object, **kwargs: object) -> _TirxNoLaunch:
+                return _TirxNoLaunch(real_tvm(*args, **kwargs))
+
+            build_only._no_launch = True  # type: ignore[attr-defined]
+            tvm.compile = build_only
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"solution_{path.stem}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_one(path: Path) -> str:
+    """Compile one solution; returns a one-line summary (raises on failure)."""
+    from problems.registry import get
+
+    problem_id, dsl = path.stem.split("_", 1)
+    problem = get(problem_id)
+    inputs = problem.module.make_inputs(0, "cpu", problem.smoke)
+    stub_launches(dsl)
+    module = load(path)
+    module.solve(*inputs)
+    if dsl == "cute":
+        compiled = list(module._CACHE.values())
+        if not compiled:
+            raise RuntimeError("no CuTe function was compiled")
+        names = [name for fn in compiled for name in fn.kernel_info]
+        return f"{len(names)} kernel(s): {', '.join(n[:40] for n in names)}"
+    from tvm.support import nvcc
+
+    executables = list(module._EXE)
+    if not executables:
+        raise RuntimeError("no TIRx executable was built")
+    sizes = []
+    for exe in executables:
+        for dev_mod in exe.mod.imports:
+            source = dev_mod.inspect_source()
+            sizes.append(len(nvcc.compile_cuda(source, target_format="cubin", arch="sm_90a")))
+    return f"{len(sizes)} cubin(s) {sizes} bytes"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("only", nargs="*", help="problem ids (default: all)")
+    args = parser.parse_args(argv)
+    failed = 0
+    for path in solution_files(args.only):
+        try:
+            print(f"ok   {path.name}: {check_one(path)}", flush=True)
+        except Exception:  # noqa: BLE001 - report and go on
+            failed += 1
+            print(f"FAIL {path.name}:\n{traceback.format_exc()}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

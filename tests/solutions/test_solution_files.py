@@ -1,0 +1,104 @@
+"""Reference solutions: static shape of every file (the DSLs are absent on CPU, so nothing here
+imports a solution; the GPU run is problems/solutions/check_gpu.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from engine.grading.rules import check_source
+from problems.registry import get
+from problems.solutions import check_gpu, compile_check
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
+FILES = sorted(SOLUTIONS.glob("p[0-9][0-9]_*.py"))
+DSL_IMPORTS = {"cute": "cutlass.cute", "tirx": "tvm.script.tirx"}
+
+
+def _imports(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_the_priority_problems_have_both_dsls() -> None:
+    stems = {f.stem for f in FILES}
+    for problem_id in ("p28", "p25"):
+        assert {f"{problem_id}_cute", f"{problem_id}_tirx"} <= stems
+
+
+def test_every_problem_has_a_pair() -> None:
+    by_problem: dict[str, set[str]] = {}
+    for f in FILES:
+        problem_id, dsl = f.stem.split("_", 1)
+        by_problem.setdefault(problem_id, set()).add(dsl)
+    assert by_problem, "no solution files found"
+    assert {p: d for p, d in by_problem.items() if d != {"cute", "tirx"}} == {}
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_solution_passes_static_rules(path: Path) -> None:
+    assert check_source(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_solution_defines_solve_with_the_problem_inputs(path: Path) -> None:
+    problem_id, dsl = path.stem.split("_", 1)
+    problem = get(problem_id)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    solve = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "solve"]
+    assert len(solve) == 1
+    params = [a.arg for a in solve[0].args.args]
+    assert params == list(problem.inputs)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_solution_uses_its_own_dsl_only(path: Path) -> None:
+    dsl = path.stem.split("_", 1)[1]
+    assert dsl in DSL_IMPORTS
+    imports = _imports(ast.parse(path.read_text(encoding="utf-8")))
+    other = next(d for d in DSL_IMPORTS if d != dsl)
+    assert DSL_IMPORTS[dsl] in imports
+    assert not any(name.startswith(DSL_IMPORTS[other].split(".")[0]) for name in imports)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_solution_keeps_the_compile_check_convention(path: Path) -> None:
+    dsl = path.stem.split("_", 1)[1]
+    names = _module_names(ast.parse(path.read_text(encoding="utf-8")))
+    assert ("_CACHE" if dsl == "cute" else "_EXE") in names
+
+
+def test_scripts_list_the_same_files() -> None:
+    assert compile_check.solution_files([]) == FILES
+    assert check_gpu.solution_files([], None) == FILES
+    only = check_gpu.solution_files(["p28"], "tirx")
+    assert [f.stem for f in only] == ["p28_tirx"]
+
+
+def test_check_gpu_summary_keeps_the_verdict_fields() -> None:
+    feedback = {"verdict": "fail", "reason": "dsl.no_launch", "speedup": None, "extra": 1}
+    row = check_gpu.summarize("p28_cute", feedback, 1.234)
+    assert row["solution"] == "p28_cute"
+    assert row["verdict"] == "fail"
+    assert row["reason"] == "dsl.no_launch"
+    assert row["wall_s"] == 1.2
+    assert "extra" not in row
