@@ -84,11 +84,12 @@ def render(path: str) -> str:
     lines = [
         "# Catalog: full-scale figures",
         "",
-        f"Measured on {data['device']} (torch {data['torch']}) with "
+        f"Measured on {data['device']} (torch {data['torch']}) with",
         "`benchmarks/catalog_full_scale.py`: the full workload built on the GPU, the float64",
         "anchor run once, the eager reference timed end to end with CUDA events (1 warmup and",
-        "5 timed calls, fresh inputs each). SOL = max(FLOPs / peak, bytes / bandwidth) on H200",
-        "peaks (`problems/sol.py`); *eager / SOL* says how far eager PyTorch is from the bound.",
+        f"{data.get('calls', 3)} timed calls, fresh inputs each). SOL = max(FLOPs / peak, bytes /",
+        "bandwidth) on H200 peaks (`problems/sol.py`); *eager / SOL* says how far eager PyTorch",
+        "is from the bound. Raw results: `docs/gpu-runs/`.",
         "",
         "| id | problem | family | eager median (ms) | IQR (ms) | anchor (s) | peak GPU (GB) "
         "| SOL (ms) | eager / SOL |",
@@ -145,7 +146,8 @@ def main() -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
         out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch":
-                                   torch.__version__, "problems": rows}, indent=1))
+                                   torch.__version__, "calls": args.calls, "problems": rows},
+                                  indent=1))
     return 0
 
 

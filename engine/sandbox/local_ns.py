@@ -73,6 +73,18 @@ def namespace_support_problem() -> str | None:
     return None
 
 
+def _needed_under_tmp(python_bin: Path) -> list[Path]:
+    """The sandbox's Python prefix and the project, where they live under the host's /tmp."""
+    candidates = {
+        Path(sys.prefix).resolve(),
+        python_bin.resolve().parent,
+        Path(__file__).resolve().parents[2],
+    }
+    inside = [p for p in candidates if p.is_relative_to("/tmp") and p != Path("/tmp")]
+    # a folder inside another candidate is already visible through that one
+    return sorted(p for p in inside if not any(p != q and p.is_relative_to(q) for q in inside))
+
+
 def default_python_bin() -> Path:
     """The folder of the Python the sandbox puts first on PATH (the host venv by default)."""
     return Path(sys.executable).parent
@@ -176,6 +188,10 @@ class LocalNamespaceEnvironment(BaseEnvironment):
             table.append((base / f"private{i}", target))
         for mount in self._mounts:
             table.append((Path(mount["source"]), str(mount["target"])))
+        # host folders under /tmp that the sandbox still needs (its Python, the project) are
+        # bound into the private /tmp at their own paths, so the private /tmp hides nothing
+        for path in _needed_under_tmp(self._python_bin):
+            table.append((path, str(base / "tmp" / path.relative_to("/tmp"))))
         table.append((base / "tmp", "/tmp"))
         return table
 
@@ -198,7 +214,11 @@ class LocalNamespaceEnvironment(BaseEnvironment):
         (base / "home" / ".bash_profile").write_text(profile)
 
     async def _start_holder(self, table: list[tuple[Path, str]]) -> None:
-        mounts = " && ".join(f"mount --bind {_q(str(src))} {_q(dst)}" for src, dst in table)
+        # /tmp is bound recursively so that folders bound inside the private /tmp show through
+        mounts = " && ".join(
+            f"mount {'--rbind' if dst == '/tmp' else '--bind'} {_q(str(src))} {_q(dst)}"
+            for src, dst in table
+        )
         script = f"{mounts} && echo {READY_MARKER} && exec sleep infinity"
         argv = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private"]
         if self.isolate_network:

@@ -168,8 +168,8 @@ def reordered(*inputs):
     total = torch.logaddexp(parts[0][0], parts[1][0])
     o = sum(torch.exp(lse - total) * out for lse, out in parts)
     o = o.transpose(1, 2).reshape(x.shape)
-    gated_w = gate[:, None, :, None] * o_w.to(dt)  # [B, 1, out, in]
-    out = x.to(dt) + (o.unsqueeze(-2) @ gated_w.transpose(-1, -2)).squeeze(-2)
+    gated_w = gate[:, :, None] * o_w.to(dt)  # [B, out, in]: per-sample gated projection
+    out = x.to(dt) + torch.bmm(o, gated_w.transpose(1, 2))
     return (out + gate[:, None] * o_b.to(dt)).to(x.dtype)
 
 
