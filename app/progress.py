@@ -34,6 +34,7 @@ class ProgressDisplay:
         self.graded = 0
         self.queue = 0
         self.last_line = ""
+        self.fleet = ""
         self._live: Any = None
         bus.subscribe(self._on_event)
 
@@ -52,6 +53,10 @@ class ProgressDisplay:
             self.states["running"] -= 1
         elif kind == "grading_started":
             self.queue += 1
+        elif kind == "fleet_status":
+            self.fleet = (f"{event.data.get('busy', 0)}/{event.data.get('slots', 0)} busy, "
+                          f"{event.data.get('queued', 0)} queued on "
+                          f"{event.data.get('up', 0)}/{event.data.get('hosts', 0)} hosts up")
         elif kind == "submission_graded":
             self.queue = max(0, self.queue - 1)
             self.graded += 1
@@ -68,6 +73,8 @@ class ProgressDisplay:
         table.add_row("attempts", states or "-")
         table.add_row("submissions graded", str(self.graded))
         table.add_row("grading in flight", str(self.queue))
+        if self.fleet:
+            table.add_row("grading fleet", self.fleet)
         if self.last_line:
             table.add_row("last", self.last_line)
         return table

@@ -31,12 +31,13 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
 
         return LocalBackend(**options)  # type: ignore[no-any-return]
     if config.grading == "http":
-        from engine.grading.http_client import HttpBackend
+        # the http client pool with a cooldown for hosts that just failed
+        from engine.fleet import FleetBackend
 
-        return HttpBackend(**options)  # type: ignore[no-any-return]
-    from engine.grading.harbor_backend import HarborBackend
+        return FleetBackend(**options)
+    from engine.grading.harbor_backend import HarborBackend, HarborConfig
 
-    return HarborBackend(**options)  # type: ignore[no-any-return]
+    return HarborBackend(HarborConfig(**options))
 
 
 class Terminus2Runner:

@@ -60,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe(plan))
         return 0
+    from engine.environments import check_experiment, format_problems
+
+    missing = check_experiment(config)
+    if missing:
+        raise UsageError("this config cannot run here:\n" + format_problems(missing))
     return execute(config, args.db, rerun_stale=args.rerun_stale, json_events=args.json)
 
 
@@ -86,9 +91,20 @@ def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
                     preview=preview)
 
     async def main() -> Any:
+        monitor = None
+        if hasattr(backend, "status") and config.grading == "http":
+            from engine.fleet import FleetMonitor
+
+            def publish(snapshot: Any) -> None:  # queue depth and GPU utilisation
+                bus.emit("fleet_status", config.id, **snapshot.to_dict())
+
+            monitor = FleetMonitor(backend, 5.0, publish)  # type: ignore[arg-type]
+            monitor.start()
         try:
             return await engine.run()
         finally:
+            if monitor is not None:
+                await monitor.stop()
             await backend.close()
 
     try:

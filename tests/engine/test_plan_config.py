@@ -99,3 +99,18 @@ skill_file = "{skill}"
 def test_invalid_configs_get_clear_errors(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         parse_config(text, "exp.toml")
+
+
+def test_run_refuses_a_config_whose_environment_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such-docker.sock")
+    config = tmp_path / "docker.toml"
+    config.write_text(BASIC.replace('replicates = 2', 'sandbox = "docker"'))
+    db = tmp_path / "x.sqlite"
+    assert main(["run", str(config), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot run here" in err and "docker" in err
+    assert not db.exists()  # refused before anything started
