@@ -70,6 +70,7 @@ def list_handler(args: argparse.Namespace) -> int:
 
 
 def _show_data(problem: Any) -> dict[str, Any]:
+    from problems.measured import measured
     from problems.shapes import signature
     from problems.sol import H200, sol_estimate
 
@@ -91,6 +92,7 @@ def _show_data(problem: Any) -> dict[str, Any]:
         "decision_margin": problem.decision_margin,
         "cost": {"flops": dict(cost.flops), "bytes": cost.bytes},
         "sol": {"hardware": H200.name, **sol.as_dict()},
+        "measured": measured(problem.id),
         "_signature": sig,
     }
 
@@ -147,6 +149,15 @@ def show_handler(args: argparse.Namespace) -> int:
         f"SOL on {sol['hardware']}: {sol['sol_us']:.1f} µs ({sol['bound']}-bound; "
         f"compute {sol['compute_us']:.1f} µs, memory {sol['memory_us']:.1f} µs)",
     ]
+    m = data["measured"]
+    if m:
+        lines.append(
+            f"measured on {m['device']} ({m['measured_on']}): eager median "
+            f"{m['eager_median_ms']:.3f} ms, float64 anchor {m['anchor_s']:.3f} s, "
+            f"peak {m['peak_gpu_gb']} GB ({m['eager_median_ms'] / (sol['sol_us'] / 1e3):.1f}× SOL)"
+        )
+    else:
+        lines.append("measured eager time: not recorded yet")
     print("\n".join(lines))
     return 0
 

@@ -80,3 +80,15 @@ def test_check_passes_p28_and_fails_broken_file(write_problem, capsys):
 def test_check_usage_errors(capsys):
     assert main(["problems", "check", "p28", "--draws", "1"]) == 2
     assert main(["problems", "check", "no_such_slug"]) == 2
+
+
+def test_show_prints_measured_eager_time_when_recorded(capsys) -> None:  # type: ignore[no-untyped-def]
+    from app.cli import main
+    from problems.measured import measured
+
+    assert main(["problems", "show", "p28"]) == 0
+    out = capsys.readouterr().out
+    row = measured("p28")
+    assert row is not None and row["eager_median_ms"] > 0
+    assert f"eager median {row['eager_median_ms']:.3f} ms" in out
+    assert measured("p99") is None
