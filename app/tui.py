@@ -194,13 +194,13 @@ class MkbApp(App[int]):
 
     async def add_human_label(
         self, *, task: str, subject_type: str, subject_id: int, category: str, value: str,
-        evidence: str = "",
+        evidence: str = "", rubric_hash: str = "",
     ) -> None:
         self._require_writable()
         await self.store.write(
             writes.add_label, task=task, subject_type=subject_type, subject_id=subject_id,
             category=category, value=value, evidence=evidence, annotator=_user(),
-            annotator_kind="human",
+            annotator_kind="human", rubric_hash=rubric_hash,
         )
         self.collector.add("label_added", None)
 

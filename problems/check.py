@@ -54,6 +54,7 @@ from problems import mutants
 from problems.check_args import add_arguments
 from problems.compare import (
     allowance_for,
+    bit_pattern,
     check_outputs,
     clone_inputs,
     is_discrete,
@@ -211,7 +212,7 @@ def _tensor_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.dtype.is_floating_point:
-        return bool(torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
+        return bool(torch.equal(bit_pattern(a), bit_pattern(b)))
     return bool(torch.equal(a, b))
 
 
@@ -497,11 +498,7 @@ def _discrete_disagreement(problem: Problem, d: Draw) -> str | None:
         if not isinstance(b, torch.Tensor) or b.dtype != a.dtype or b.shape != a.shape:
             return f"{names[i]}: anchor is not a {a.dtype} tensor of shape {tuple(a.shape)}"
         if not _tensor_equal(a, b):
-            diff = (
-                (a.view(torch.uint8) != b.view(torch.uint8))
-                if a.dtype.is_floating_point
-                else (a != b)
-            )
+            diff = (bit_pattern(a) != bit_pattern(b)) if a.dtype.is_floating_point else (a != b)
             return f"{names[i]}: {int(diff.sum())} elements differ (seed {d.seed})"
     return None
 

@@ -37,6 +37,11 @@ def is_discrete(dtype: torch.dtype) -> bool:
     return (not dtype.is_floating_point and not dtype.is_complex) or dtype in _BIT_EXACT_FLOATS
 
 
+def bit_pattern(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``t`` as a flat uint8 tensor (0-dim and strided tensors included)."""
+    return t.reshape(-1).view(torch.uint8)
+
+
 def promote(value: Any) -> Any:
     """Cast float32/float16/bfloat16 tensors (recursively in lists/tuples) to float64."""
     if isinstance(value, torch.Tensor):
@@ -173,7 +178,7 @@ def check_leaf(index: int, u: Any, v: Any, z: Any) -> LeafCheck:
     if mismatch:
         return LeafCheck(index, False, "structure", detail=mismatch)
     if is_discrete(v.dtype):
-        a, b = (u.view(torch.uint8), v.view(torch.uint8)) if v.dtype.is_floating_point else (u, v)
+        a, b = (bit_pattern(u), bit_pattern(v)) if v.dtype.is_floating_point else (u, v)
         equal = bool(torch.equal(a, b))
         wrong = 0 if equal else int((a != b).sum())
         return LeafCheck(

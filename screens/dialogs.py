@@ -12,7 +12,16 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, TextArea
 
-from screens.rubric_terms import TASKS
+from engine.rubric.model import PROPAGATION_CATEGORY
+from screens.rubric_terms import TASKS, values_for
+
+
+def categories_for(task: str) -> tuple[str, ...]:
+    """Categories a person can label for ``task`` (uptake also has the propagation flag)."""
+    categories = TASKS[task][1]
+    if task == "uptake" and PROPAGATION_CATEGORY not in categories:
+        return (*categories, PROPAGATION_CATEGORY)
+    return categories
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,8 @@ class LabelDialog(ModalScreen[LabelInput | None]):
         self.task_name = task
 
     def compose(self) -> ComposeResult:
-        _, categories, values = TASKS[self.task_name]
+        categories = categories_for(self.task_name)
+        values = values_for(self.task_name, categories[0])
         with Vertical():
             yield Label("Add a human label")
             yield Select([(t, t) for t in TASKS], value=self.task_name, allow_blank=False,
@@ -61,21 +71,40 @@ class LabelDialog(ModalScreen[LabelInput | None]):
         if event.value is Select.NULL or event.value == self.task_name:
             return
         self.task_name = str(event.value)
-        _, categories, values = TASKS[self.task_name]
+        categories = categories_for(self.task_name)
         category = self.query_one("#label-category", Select)
         category.set_options([(c, c) for c in categories])
         category.value = categories[0]
-        value = self.query_one("#label-value", Select)
-        value.set_options([(v, v) for v in values])
-        value.value = values[0]
+        self._offer_values(categories[0])
+
+    @on(Select.Changed, "#label-category")
+    def category_changed(self, event: Select.Changed) -> None:
+        if event.value in categories_for(self.task_name):  # not a stale event of another task
+            self._offer_values(str(event.value))
+
+    def _offer_values(self, category: str) -> None:
+        """Offer the values of ``category`` (kept when the current value is still allowed)."""
+        values = values_for(self.task_name, category)
+        select = self.query_one("#label-value", Select)
+        current = select.value
+        select.set_options([(v, v) for v in values])
+        select.value = current if current in values else values[0]
 
     @on(Button.Pressed, "#label-save")
     @on(Input.Submitted, "#label-evidence")
     def save(self) -> None:
+        category = str(self.query_one("#label-category", Select).value)
+        value = str(self.query_one("#label-value", Select).value)
+        if category not in categories_for(self.task_name) or value not in values_for(
+            self.task_name, category
+        ):
+            self.notify(f"{value!r} is not a value of {self.task_name}/{category}",
+                        severity="error")
+            return
         self.dismiss(LabelInput(
             task=self.task_name,
-            category=str(self.query_one("#label-category", Select).value),
-            value=str(self.query_one("#label-value", Select).value),
+            category=category,
+            value=value,
             evidence=self.query_one("#label-evidence", Input).value.strip(),
         ))
 

@@ -1,12 +1,14 @@
-"""Rubric views from labels: skill-category prevalence, uptake, failure causes, per annotator.
+"""Rubric views for the current experiment (``engine.rubric.views.report``): skill-category
+prevalence in helped vs harmed comparisons, uptake and propagation by transfer outcome,
+primary failure causes, uptake vs lift, annotator agreement and label usage.
 
-Minimal by design: counts from ``storage.queries.labels``. The rubric/annotation module
-(another package) writes LLM labels; human labels come from the transfer inspector.
+Labels are resolved per item (a human label wins over LLM labels). The annotator writes LLM
+labels; human labels come from the transfer inspector (key ``l``).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from sqlite_utils import Database
@@ -18,70 +20,179 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
 from screens.base import Changes, host
-from storage import queries
+from screens.render import pct, signed_pct
+from screens.rubric_terms import UPTAKE_VALUES
+
+# tab id → (title, column names); the uptake columns follow the rubric's ratings
+TABS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "prevalence": ("Prevalence", ("model", "category", "helped", "n helped", "harmed",
+                                  "n harmed", "harmed − helped")),
+    "uptake": ("Uptake", ("model", "outcome", "n", *UPTAKE_VALUES, "followed",
+                          "propagation", "n prop.")),
+    "causes": ("Failure causes", ("model", "cause", "count", "share of comparisons",
+                                  "harmed", "labelled", "no failure")),
+    "lift": ("Uptake vs lift", ("model", "family", "N", "rated", "followed fully", "ΔGM")),
+    "agreement": ("Agreement", ("task", "category", "annotator A", "annotator B", "n",
+                                "agree", "κ")),
+    "usage": ("Labels", ("task", "annotator", "kind", "labels", "tokens in", "tokens out",
+                         "cost")),
+}
 
 
-def rubric_tables(db: Database) -> dict[str, list[tuple[str, str, str, int]]]:
-    """Per task: (category, value, annotator kind, count), most frequent first."""
-    counts: dict[str, dict[tuple[str, str, str], int]] = {"skill": {}, "uptake": {},
-                                                          "cause": {}}
-    for label in queries.labels(db):
-        key = (label.category, label.value, label.annotator_kind)
-        bucket = counts.setdefault(label.task, {})
-        bucket[key] = bucket.get(key, 0) + 1
-    return {task: sorted(((c, v, k, n) for (c, v, k), n in bucket.items()),
-                         key=lambda r: (-r[3], r[0], r[1], r[2]))
-            for task, bucket in counts.items()}
+def rubric_report(db: Database, experiment_id: str | None) -> dict[str, Any]:
+    """Every rubric view for one experiment (all labels when ``experiment_id`` is None)."""
+    from engine.rubric.views import report
+
+    return report(db, experiment_id=experiment_id)
+
+
+def _num(value: Any) -> Text:
+    return Text(str(value), justify="right")
+
+
+def _share(value: float | None) -> Text:
+    return Text(pct(value), justify="right")
+
+
+def _points(value: float | None) -> Text:
+    if value is None:
+        return Text("-", justify="right")
+    style = "red" if value > 0 else "green" if value < 0 else ""
+    return Text(f"{value:+.1f} pts", style=style, justify="right")
+
+
+def _delta(value: float | None) -> Text:
+    style = "" if value is None else ("green" if value > 0 else "red" if value < 0 else "")
+    return Text(signed_pct(value), style=style, justify="right")
+
+
+def _fixed(value: float | None, fmt: str) -> Text:
+    return Text("-" if value is None else format(value, fmt), justify="right")
+
+
+def table_rows(data: dict[str, Any]) -> dict[str, list[list[Text]]]:
+    """The cells of every tab's table, from a :func:`rubric_report` dict."""
+    prevalence = [
+        [Text(r["model"]), Text(r["category"]), _share(r["helped_share"]), _num(r["helped_n"]),
+         _share(r["harmed_share"]), _num(r["harmed_n"]), _points(r["harmed_minus_helped_pts"])]
+        for r in data["prevalence"] if r["helped_n"] or r["harmed_n"]
+    ]
+    uptake = [
+        [Text(r["model"]), Text(r["outcome"]), _num(r["n"]),
+         *(_share(r.get(name)) for name in UPTAKE_VALUES), _share(r["followed"]),
+         _share(r["propagation"]), _num(r["propagation_n"])]
+        for r in data["uptake"]
+    ]
+    causes = [
+        [Text(r["model"]), Text(r["cause"]), _num(r["count"]),
+         _share(r["share_of_comparisons"]), _num(r["harmed"]), _num(r["labelled"]),
+         _num(r["excluded"])]
+        for r in data["causes"] if r["count"]
+    ]
+    lift = [
+        [Text(c["model"]), Text(c["family"]), _num(c["n"]), _num(c["rated"]),
+         _share(c["followed_fully"]), _delta(c["delta_gm"])]
+        for c in data["uptake_lift"]["cells"]
+    ]
+    agreement = [
+        [Text(a["task"]), Text(a["category"]), Text(a["annotator_a"]), Text(a["annotator_b"]),
+         _num(a["n"]), _num(a["agree"]), _fixed(a["kappa"], ".3f")]
+        for a in data["agreement"]
+    ]
+    usage = [
+        [Text(u["task"]), Text(u["annotator"]), Text(u["annotator_kind"]), _num(u["labels"]),
+         _num(u["tokens_in"] or 0), _num(u["tokens_out"] or 0),
+         Text(f"${u['cost_usd'] or 0:.4f}", justify="right")]
+        for u in data["usage"]
+    ]
+    return {"prevalence": prevalence, "uptake": uptake, "causes": causes, "lift": lift,
+            "agreement": agreement, "usage": usage}
+
+
+def summary_text(data: dict[str, Any]) -> Text:
+    """One line: rubric, experiment, label count, uptake–lift correlation, failures."""
+    total = sum(u["labels"] for u in data["usage"])
+    rubric = data["rubric"]
+    text = Text(f"rubric {rubric['name']} ({rubric['hash']}) · "
+                f"experiment {data['experiment'] or 'all'}")
+    if data["preview"]:
+        text.append(" · ")
+        text.append("PREVIEW (CPU grading)", style="bold reverse yellow")
+    if not total:
+        text.append(" · no labels yet: add human labels in the transfer inspector (key l), "
+                    "or run the annotator", style="dim")
+        return text
+    lift = data["uptake_lift"]
+    rho = "-" if lift["spearman"] is None else f"{lift['spearman']:+.3f}"
+    text.append(f" · {total} label{'s' if total != 1 else ''} · uptake vs ΔGM: Spearman {rho} over "
+                f"{lift['n_cells']} cells")
+    if data["failures"]:
+        text.append(f" · {data['failures']} failed annotation calls", style="red")
+    return text
 
 
 class RubricScreen(Screen[None]):
-    """Prevalence, uptake and causes from all labels in the database."""
+    """The rubric views of the current experiment, recomputed when labels change."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "refresh", "Refresh", id="rubric.refresh"),
     ]
     DEFAULT_CSS = """
+    RubricScreen #rubric-summary { height: auto; padding: 0 1; background: $panel; }
     RubricScreen DataTable { height: 1fr; }
     RubricScreen TabbedContent { height: 1fr; }
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.report: dict[str, Any] | None = None
+        self._dirty = False
+
     def compose(self) -> ComposeResult:
         yield AppBar()
         yield Static(id="rubric-summary", markup=False)
-        with TabbedContent(initial="rubric-skill"):
-            for task, title in (("skill", "Skill content"), ("uptake", "Uptake"),
-                                ("cause", "Failure causes")):
-                with TabPane(title, id=f"rubric-{task}"):
-                    yield DataTable(id=f"rubric-{task}-table", cursor_type="row",
+        with TabbedContent(initial="rubric-prevalence", id="rubric-tabs"):
+            for key, (title, _) in TABS.items():
+                with TabPane(title, id=f"rubric-{key}"):
+                    yield DataTable(id=f"rubric-{key}-table", cursor_type="row",
                                     zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
-        for task in ("skill", "uptake", "cause"):
-            table = self.query_one(f"#rubric-{task}-table", DataTable)
-            for name in ("category", "value", "annotator", "count"):
+        for key, (_, columns) in TABS.items():
+            table = self.query_one(f"#rubric-{key}-table", DataTable)
+            for name in columns:
                 table.add_column(name, key=name)
         host(self).changes.subscribe(self, self.on_changes)
         self.load()
 
-    @work(exclusive=True, exit_on_error=False)
+    @work(exclusive=True, group="rubric-load", exit_on_error=False)
     async def load(self) -> None:
-        tables = await host(self).read(rubric_tables)
-        total = 0
-        for task in ("skill", "uptake", "cause"):
-            table = self.query_one(f"#rubric-{task}-table", DataTable)
+        self._dirty = False
+        app = host(self)
+        self.report = await app.read(rubric_report, app.experiment_id)
+        self.show()
+
+    def show(self) -> None:
+        if self.report is None:
+            return
+        for key, rows in table_rows(self.report).items():
+            table = self.query_one(f"#rubric-{key}-table", DataTable)
             table.clear()
-            for category, value, kind, n in tables.get(task, []):
-                total += n
-                table.add_row(Text(category), Text(value), Text(kind),
-                              Text(str(n), justify="right"))
-        self.query_one("#rubric-summary", Static).update(
-            Text(f"{total} labels" if total else
-                 "no labels yet: add human labels in the transfer inspector (key l), or run "
-                 "the annotator", style="" if total else "dim"))
+            for row in rows:
+                table.add_row(*row)
+        self.query_one("#rubric-summary", Static).update(summary_text(self.report))
 
     def on_changes(self, changes: Changes) -> None:
-        if changes.labels:
+        if not (changes.labels or changes.comparisons or changes.experiments):
+            return
+        if self.app.screen is self:
+            self.load()
+        else:
+            self._dirty = True
+
+    def on_screen_resume(self) -> None:
+        if self._dirty:
             self.load()
 
     def action_refresh(self) -> None:

@@ -16,6 +16,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from engine.rubric.model import default_rubric
 from screens.app_bar import AppBar
 from screens.base import Changes, host
 from screens.dialogs import LabelDialog, LabelInput, SkillEdit, SkillEditor
@@ -219,7 +220,8 @@ class TransferScreen(Screen[None]):
             return
         await self.app.add_human_label(  # type: ignore[attr-defined]
             task=choice.task, subject_type=subject[0], subject_id=subject[1],
-            category=choice.category, value=choice.value, evidence=choice.evidence)
+            category=choice.category, value=choice.value, evidence=choice.evidence,
+            rubric_hash=default_rubric().hash)
         self.notify(f"label saved: {choice.category} = {choice.value}")
         self.load()
 

@@ -228,3 +228,32 @@ def test_cuda_check_records_eager_and_anchor_times():
     assert report.eager_ms is not None and report.eager_ms > 0
     assert report.anchor_ms is not None and report.anchor_ms > 0
     assert {"eager_ms", "anchor_ms"} <= set(report.as_dict())
+
+
+# The toy problem with a 0-dim float32 input (a scalar scale) multiplied into the output.
+ZERO_DIM_INPUT = {
+    'INPUTS = ("x", "residual", "weight")': 'INPUTS = ("x", "residual", "weight", "scale")',
+    "    return [x, r, weight]\n": (
+        "    scale = randn(g, (), torch.float32, device, std=0.1, mean=1.0)\n"
+        "    return [x, r, weight, scale]\n"
+    ),
+    "def reference(x, residual, weight):": "def reference(x, residual, weight, scale):",
+    "def dropped_term(x, residual, weight):": "def dropped_term(x, residual, weight, scale):",
+    "* weight.to(dt)\n    return y.to(x.dtype)\n\n\ndef dropped_term": (
+        "* weight.to(dt) * scale.to(dt)\n    return y.to(x.dtype)\n\n\ndef dropped_term"
+    ),
+}
+
+
+def test_zero_dim_float_input_is_compared(write_problem):
+    """0-dim float inputs go through the bitwise input comparisons without raising."""
+    report = check_problem(load_problem(write_problem(ZERO_DIM_INPUT)), FAST)
+    assert report.passed, [c.as_dict() for c in report.failures()]
+    mutating = dict(ZERO_DIM_INPUT)
+    mutating["* weight.to(dt)\n    return y.to(x.dtype)\n\n\ndef dropped_term"] = (
+        "* weight.to(dt) * scale.to(dt)\n    scale.add_(1.0)\n    return y.to(x.dtype)\n"
+        "\n\ndef dropped_term"
+    )
+    broken = check_problem(load_problem(write_problem(mutating)), FAST)
+    detail = next(c.detail for c in broken.checks if c.name == "declared_outputs")
+    assert "declared_outputs" in _failed_checks(broken) and "'scale'" in detail, detail

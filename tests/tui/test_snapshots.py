@@ -110,6 +110,6 @@ def test_rubric(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await pilot.press("4")
         await wait_until(pilot, lambda: isinstance(app.screen, RubricScreen)
-                         and app.screen.query_one("#rubric-skill-table").row_count == 1)
+                         and app.screen.query_one("#rubric-prevalence-table").row_count == 1)
 
     assert snap_compare(app, run_before=run_before, terminal_size=SIZE)

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import plain, wait_until
-from textual.widgets import DataTable, Input, Static, TextArea
+from textual.widgets import DataTable, Input, OptionList, Select, Static, TextArea
 
+from engine.rubric.model import default_rubric
 from screens.dialogs import LabelDialog, SkillEditor
+from screens.rubric_terms import values_for
 from screens.transfer import TransferScreen
 from storage import queries
 from storage.db import open_db
@@ -57,6 +59,56 @@ async def test_inspector_shows_and_labels(make_app, seeded_db: Path) -> None:
         db.conn.close()
     assert [(x.subject_type, x.annotator_kind, x.category, x.evidence) for x in labels] == [
         ("comparison", "human", "cause", "ran out of [budget]")]
+    assert stored_hashes(seeded_db, "cause") == {default_rubric().hash}
+
+
+def stored_hashes(path: Path, task: str) -> set[str]:
+    db = open_db(path)
+    try:
+        return {r[0] for r in db.execute("SELECT rubric_hash FROM labels WHERE task=?", [task])}
+    finally:
+        db.conn.close()
+
+
+def offered(dialog: LabelDialog, select_id: str) -> list[str]:
+    """The choices a Select of the dialog shows in its drop-down."""
+    options = dialog.query_one(select_id, Select).query_one("SelectOverlay", OptionList)
+    return [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+
+
+async def test_label_dialog_offers_values_per_category(make_app, seeded_db: Path) -> None:
+    comp = first_comparison(seeded_db)
+    app = make_app()
+    async with app.run_test(size=(140, 45)) as pilot:
+        await open_transfer(app, pilot, comp.id)
+        await pilot.press("l")
+        await wait_until(pilot, lambda: isinstance(app.screen, LabelDialog))
+        dialog = app.screen
+        assert offered(dialog, "#label-value") == list(values_for("cause", "cause"))
+        dialog.query_one("#label-task", Select).value = "skill"
+        await wait_until(pilot, lambda: offered(dialog, "#label-value") == ["present", "absent"])
+        assert offered(dialog, "#label-category") == list(default_rubric().category_names)
+        dialog.query_one("#label-task", Select).value = "uptake"
+        await wait_until(pilot, lambda: offered(dialog, "#label-category")
+                         == ["uptake", "propagation"])
+        assert offered(dialog, "#label-value") == list(values_for("uptake", "uptake"))
+        dialog.query_one("#label-category", Select).value = "propagation"
+        await wait_until(pilot, lambda: offered(dialog, "#label-value") == ["yes", "no"])
+        dialog.query_one("#label-value", Select).value = "no"
+        dialog.query_one("#label-evidence", Input).value = "rewrote the kernel from scratch"
+        await pilot.click("#label-save")
+        await wait_until(pilot, lambda: isinstance(app.screen, TransferScreen)
+                         and app.screen.query_one("#labels-table", DataTable).row_count == 1)
+        row = [c.plain for c in app.screen.query_one("#labels-table", DataTable).get_row_at(0)]
+        assert row[:4] == ["uptake", f"attempt {comp.treatment_attempt_id}", "propagation", "no"]
+    db = open_db(seeded_db)
+    try:
+        labels = queries.labels(db, task="uptake", subject_id=comp.treatment_attempt_id)
+    finally:
+        db.conn.close()
+    assert [(x.subject_type, x.annotator_kind, x.category, x.value) for x in labels] == [
+        ("attempt", "human", "propagation", "no")]
+    assert stored_hashes(seeded_db, "uptake") == {default_rubric().hash}
 
 
 async def test_edit_skill_saves_and_launches_treatment(make_app, seeded_db: Path) -> None:
