@@ -238,3 +238,38 @@ async def test_cancel_marks_running_attempts_interrupted_then_resumes(db_path: P
         summary = await Engine(store, config, SimulatedRunner(submissions=1),
                                SimulatedBackend()).run()
         assert set(summary.by_state) <= {"finished", "skipped"}
+
+
+async def test_outer_retry_of_a_failed_grading_reuses_the_submission(db_path: Path) -> None:
+    from engine.recording import RecordingBackend
+
+    @dataclass
+    class AlwaysDown:
+        name: str = "down"
+        calls: int = 0
+
+        async def grade(self, request: GradeRequest) -> Feedback:
+            self.calls += 1
+            if self.calls <= 4:
+                return Feedback(verdict="error", reason="crash", message="worker died")
+            return Feedback(verdict="preview", speedup=1.0)
+
+        async def close(self) -> None:
+            return None
+
+    config = parse_config(CONFIG.replace("replicates = 3", "replicates = 1"))
+    with Store(db_path) as store:
+        engine = Engine(store, config, SimulatedRunner(submissions=1), SimulatedBackend())
+        ids = await store.write(engine._prepare)
+        attempt_id = next(iter(ids.values()))
+        inner = AlwaysDown()
+        backend = RecordingBackend(inner, store, engine.bus, experiment_id=config.id,
+                                   attempt_id=attempt_id, try_number=1, max_tries=3)
+        request = GradeRequest("p28", "cute", "def solve(): pass\n", request_id="s1")
+        first = await backend.grade(request)  # three jobs, all errors
+        second = await backend.grade(request)  # the caller's own retry: same submission
+        assert first.verdict == "error" and second.verdict == "preview"
+        rows = store.read_sync(lambda db: db.execute(
+            "SELECT s.n, count(g.id), sum(g.state='done') FROM submissions s "
+            "JOIN grading_jobs g ON g.submission_id = s.id GROUP BY s.id").fetchall())
+        assert rows == [(1, 5, 1)]
