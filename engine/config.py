@@ -178,7 +178,7 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     unknown = set(data) - _TOP_KEYS
     _expect(not unknown, path, f"unknown sections {sorted(unknown)}")
-    exp = data.get("experiment")
+    exp: Any = data.get("experiment")
     _expect(isinstance(exp, dict), path, "missing [experiment] section")
     unknown = set(exp) - _EXPERIMENT_KEYS
     _expect(not unknown, f"{path} [experiment]", f"unknown keys {sorted(unknown)}")
@@ -189,7 +189,7 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
     _expect(isinstance(exp_id, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", exp_id) is not None,
             f"{path} [experiment].id", "may use letters, digits, '.', '_' and '-' only")
 
-    raw_models = data.get("models")
+    raw_models: Any = data.get("models")
     _expect(isinstance(raw_models, list) and len(raw_models) > 0, path,
             "at least one [[models]] entry is required")
     models: list[ModelConfig] = []

@@ -266,7 +266,7 @@ class Engine:
         for spec in self.plan.comparisons:
             await self._update_comparison(spec)
 
-        running: dict[asyncio.Task[None], PlanNode] = {}
+        running: dict[asyncio.Task[str], PlanNode] = {}
         per_model: dict[str, int] = {}
         started_order: dict[str, float] = {}
         ran = skipped = 0
@@ -367,7 +367,7 @@ class Engine:
                         writes.add_skill, node.edited_skill, kind="edited", author="config")
             else:
                 src = await self.store.read(queries.latest_skill, self.ids[node.source_key or ""])
-                skill_id = src.id if src else None
+                skill_id = src.id if src else None  # type: ignore[assignment]
             await self.store.write(writes.update_attempt, attempt_id,
                                    attached_skill_id=skill_id,
                                    source_attempt_id=self.ids.get(node.source_key or ""))

@@ -317,7 +317,8 @@ def skill(db: Database, skill_id: int) -> SkillRow | None:
 def comparisons(
     db: Database, experiment_id: str | None = None, *, resolved_only: bool = False
 ) -> list[ComparisonRow]:
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     if experiment_id:
         clauses.append("experiment_id=?")
         params.append(experiment_id)
@@ -340,7 +341,8 @@ def comparison(db: Database, comparison_id: int) -> ComparisonRow | None:
 def labels(
     db: Database, *, task: str | None = None, subject_id: int | None = None
 ) -> list[LabelRow]:
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     if task:
         clauses.append("task=?")
         params.append(task)

@@ -273,8 +273,10 @@ def rate_ladder(comps: Sequence[Comparison]) -> list[dict[str, object]]:
         group = [c for c in comps if pred(c)]
         base = _ladder([c.baseline for c in group])
         skill = _ladder([c.treatment if c.treatment is not None else c.baseline for c in group])
-        diff = {k: (skill[k] - base[k]) if skill[k] is not None and base[k] is not None else None
-                for k in base}
+        diff: dict[str, float | None] = {}
+        for k in base:
+            b, t = base[k], skill[k]
+            diff[k] = None if b is None or t is None else t - b
         out.append({"subset": name, "n": len(group), "base": base, "skill": skill,
                     "difference": diff})
     return out

@@ -83,7 +83,7 @@ def _pearson_rows(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / den, np.nan)
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
     if len(x) < 3:
         return None
     value = float(_rowwise_spearman(np.asarray(x, float)[None], np.asarray(y, float)[None])[0])
