@@ -81,6 +81,7 @@ class LiftScreen(Screen[None]):
             for name in names:
                 table.add_column(name, key=name)
         host(self).changes.subscribe(self, self.on_changes)
+        self.query_one("#lift-table", DataTable).focus()  # enter drills down at once
         self.load()
 
     @work(exclusive=True, group="lift-load", exit_on_error=False)

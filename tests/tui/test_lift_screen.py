@@ -27,7 +27,7 @@ async def test_lift_tables_and_drill_down(make_app) -> None:
         assert screen.query_one("#solo-table", DataTable).row_count == len(report["solo"]) == 4
         grid = screen.query_one("#tier-grid-table", DataTable)
         assert grid.row_count == len(report["tiers"]["by_solo_and_source_tier"]) == 9
-        lift.focus()
+        assert lift.has_focus  # keyboard first: enter drills down without a tab press
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ComparisonListScreen)
                          and app.screen.query_one(DataTable).row_count == first["n"])
