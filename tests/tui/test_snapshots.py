@@ -26,6 +26,18 @@ def no_blink(pilot) -> None:  # type: ignore[no-untyped-def]
         widget.cursor_blink = False
 
 
+def settled(run_before):  # type: ignore[no-untyped-def]
+    """Run the test's setup, then let pending refreshes land before the screenshot."""
+
+    async def run(pilot) -> None:  # type: ignore[no-untyped-def]
+        await run_before(pilot)
+        await pilot.pause(0.3)
+        await pilot.wait_for_scheduled_animations()
+        no_blink(pilot)
+
+    return run
+
+
 @pytest.fixture
 def app(make_app, seeded_db):  # type: ignore[no-untyped-def]
     return make_app(db_path=seeded_db)
@@ -36,7 +48,7 @@ def test_attempts(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
         await wait_until(pilot, lambda: getattr(app.screen, "total", 0) == 17)
         no_blink(pilot)
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
 def test_attempts_filtered(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +59,7 @@ def test_attempts_filtered(snap_compare, app) -> None:  # type: ignore[no-untype
         app.screen.action_focus_table()
         no_blink(pilot)
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
 def test_attempt_trajectory(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
@@ -56,7 +68,7 @@ def test_attempt_trajectory(snap_compare, app) -> None:  # type: ignore[no-untyp
         await wait_until(pilot, lambda: isinstance(app.screen, AttemptDetailScreen)
                          and app.screen.step_count == 2)
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
 def test_attempt_feedback(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
@@ -66,7 +78,7 @@ def test_attempt_feedback(snap_compare, app) -> None:  # type: ignore[no-untyped
                          and app.screen.row is not None)
         await pilot.press("f")
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
 def test_transfer_inspector(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
@@ -75,7 +87,7 @@ def test_transfer_inspector(snap_compare, app) -> None:  # type: ignore[no-untyp
         await wait_until(pilot, lambda: isinstance(app.screen, TransferScreen)
                          and app.screen.view is not None)
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
 def test_lift(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
@@ -84,7 +96,7 @@ def test_lift(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
         await wait_until(pilot, lambda: isinstance(app.screen, LiftScreen)
                          and app.screen.report is not None, timeout=30)
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
 def test_launch_preview(snap_compare, app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -103,7 +115,7 @@ def test_launch_preview(snap_compare, app, monkeypatch) -> None:  # type: ignore
         screen.query_one("#launch-models").focus()
         no_blink(pilot)
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
 def test_rubric(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
@@ -112,4 +124,4 @@ def test_rubric(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
         await wait_until(pilot, lambda: isinstance(app.screen, RubricScreen)
                          and app.screen.query_one("#rubric-prevalence-table").row_count == 1)
 
-    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
