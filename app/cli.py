@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from app.dotenv import load_dotenv
+
+    load_dotenv()  # model keys for real runs; the environment wins over the file
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
