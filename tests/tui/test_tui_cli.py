@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -35,9 +34,12 @@ def test_default_command_is_the_tui() -> None:
     assert callable(tui_command.default_command)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("textual_serve") is not None,
-                    reason="textual-serve is installed")
-def test_serve_without_textual_serve_says_how_to_get_it(seeded_db: Path, capsys) -> None:
+def test_serve_without_textual_serve_says_how_to_get_it(
+    seeded_db: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "textual_serve.server", None)  # import fails
     assert main(["tui", "--serve", "8765", "--db", str(seeded_db)]) == 2
     assert "pip install textual-serve" in capsys.readouterr().err
 
