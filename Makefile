@@ -35,7 +35,9 @@ importlint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
-	$(PY) benchmarks/storage_write.py
+	$(PY) benchmarks/storage_write.py --seconds 5
+	$(PY) benchmarks/engine_scale.py --attempts 2000
+	$(PY) benchmarks/analysis_full.py --repeats 3
 
 clean:
 	rm -rf $(VENV) mkb-data .pytest_cache
