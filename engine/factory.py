@@ -41,7 +41,9 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
 
 
 class Terminus2Runner:
-    """Adapts :func:`engine.attempts.agent.run_attempt` to the scheduler's runner interface."""
+    """Adapts :func:`engine.attempts.runner.run_attempt` to the scheduler's runner interface."""
+
+    retries_grading = True  # its mailbox retries failed gradings (up to max_tries)
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config

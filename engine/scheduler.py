@@ -383,7 +383,7 @@ class Engine:
         observer = StoreObserver(self.store, self.bus, experiment_id, attempt_id, try_number)
         backend = RecordingBackend(
             self.backend, self.store, self.bus, experiment_id=experiment_id,
-            attempt_id=attempt_id, try_number=try_number, max_tries=self.config.max_tries,
+            attempt_id=attempt_id, try_number=try_number, max_tries=self._grading_tries(),
         )
         job = AttemptJob(
             attempt_id=attempt_id,
@@ -410,6 +410,14 @@ class Engine:
             result = AttemptResult(state="failed", error=f"{type(exc).__name__}: {exc}")
         await self._record_result(node, attempt_id, result, try_number)
         return result.state
+
+    def _grading_tries(self) -> int:
+        """Tries per grading in the recording backend: one when the runner retries itself.
+
+        An attempt runner that retries failed gradings on its own (the Terminus-2 mailbox)
+        sets ``retries_grading``; retrying here too would multiply the tries.
+        """
+        return 1 if getattr(self.runner, "retries_grading", False) else self.config.max_tries
 
     async def _record_result(
         self, node: PlanNode, attempt_id: int, result: AttemptResult, try_number: int

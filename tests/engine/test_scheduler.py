@@ -273,3 +273,35 @@ async def test_outer_retry_of_a_failed_grading_reuses_the_submission(db_path: Pa
             "SELECT s.n, count(g.id), sum(g.state='done') FROM submissions s "
             "JOIN grading_jobs g ON g.submission_id = s.id GROUP BY s.id").fetchall())
         assert rows == [(1, 5, 1)]
+
+
+async def test_runner_that_retries_gradings_gets_one_try_per_call(db_path: Path) -> None:
+    """A runner with its own grading retries (the Terminus-2 mailbox) is not retried twice."""
+
+    @dataclass
+    class RetryingRunner:
+        retries_grading: bool = True
+        calls: int = 0
+
+        async def __call__(self, job: AttemptJob, backend: GradingBackend, observer: object
+                           ) -> AttemptResult:
+            source = f"final of attempt {job.attempt_id}\n"
+            request = GradeRequest(job.node.problem_id, job.node.dsl, source, purpose="final")
+            for _ in range(3):  # the runner's own retry loop
+                self.calls += 1
+                final = await backend.grade(request)
+                if final.verdict != "error":
+                    break
+            return AttemptResult(state="finished", final=final, skill="s")
+
+    config = parse_config(CONFIG.replace("replicates = 3", "replicates = 1"))
+    runner = RetryingRunner()
+    with Store(db_path) as store:
+        await Engine(store, config, runner, DyingBackend()).run()
+        jobs = store.read_sync(lambda db: db.execute(
+            "SELECT submission_id, group_concat(state, ',') FROM grading_jobs "
+            "GROUP BY submission_id").fetchall())
+    # each first try dies; with one try per call the runner's own retry grades it, on the
+    # same submission row
+    assert len(jobs) == 8 and all(states == "error,done" for _, states in jobs)
+    assert runner.calls == 16
