@@ -295,7 +295,7 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
         path=path,
     )
     if check_problems:
-        _check_problems(config)
+        validate_problems(config)
     return config
 
 
@@ -331,7 +331,8 @@ def _parse_transfer(raw: Any, where: str, models: list[str], base: Path) -> Tran
                         direction=raw["direction"], skill_file=file, skill_text=text)
 
 
-def _check_problems(config: ExperimentConfig) -> None:
+def validate_problems(config: ExperimentConfig) -> None:
+    """Every problem and transfer edge of the config names a catalog problem."""
     from problems.registry import catalog
 
     cat = catalog()

@@ -46,14 +46,12 @@ def apply_overrides(config: Any, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UsageError
-    from engine.config import ConfigError, load_config
+    from engine.config import ConfigError, load_config, validate_problems
     from engine.plan import build_plan, describe
 
     try:
         config = apply_overrides(load_config(args.config, check_problems=False), args)
-        from engine.config import _check_problems
-
-        _check_problems(config)
+        validate_problems(config)
         plan = build_plan(config)
     except (ConfigError, KeyError) as exc:
         raise UsageError(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from exc
