@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_until
-from textual.widgets import Input
+from rich.text import Text
+from textual.widgets import DataTable, Input
 
 from screens.attempt_detail import AttemptDetailScreen
 from screens.launch import LaunchScreen
@@ -24,6 +25,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def no_blink(pilot) -> None:  # type: ignore[no-untyped-def]
     for widget in pilot.app.screen.query(Input):
         widget.cursor_blink = False
+
+
+def _widest(table: DataTable, key: object) -> int:
+    """The widest cell (or the label) of one column, in terminal cells."""
+    cells = [table.get_cell(row, key) for row in table.rows]
+    texts = [table.columns[key].label, *cells]  # type: ignore[index]
+    return max(Text(t).cell_len if isinstance(t, str) else t.cell_len for t in texts)
 
 
 def settled(run_before):  # type: ignore[no-untyped-def]
@@ -86,6 +94,11 @@ def test_transfer_inspector(snap_compare, app) -> None:  # type: ignore[no-untyp
         app.open_comparison(1)
         await wait_until(pilot, lambda: isinstance(app.screen, TransferScreen)
                          and app.screen.view is not None)
+        table = app.screen.query_one("#labels-table", DataTable)
+        # column widths are measured on idle: wait until every column fits its widest cell
+        await wait_until(pilot, lambda: table.row_count == len(app.screen.view.labels) > 0
+                         and all(column.content_width >= _widest(table, key)
+                                 for key, column in table.columns.items()))
 
     assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
