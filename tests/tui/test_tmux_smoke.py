@@ -30,14 +30,16 @@ class Tmux:
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", "mkb")
 
-    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+    def wait_for(self, *texts: str, timeout: float = 30.0) -> str:
+        """Wait until every text is on screen at once (the status line can paint before
+        the table rows do, so one marker is not enough)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             shown = self.screen()
-            if text in shown:
+            if all(text in shown for text in texts):
                 return shown
             time.sleep(0.2)
-        raise AssertionError(f"{text!r} never appeared; screen was:\n{self.screen()}")
+        raise AssertionError(f"{texts!r} never all appeared; screen was:\n{self.screen()}")
 
 
 def test_tui_in_a_real_terminal(seeded_db: Path, tmp_path: Path) -> None:
@@ -47,18 +49,16 @@ def test_tui_in_a_real_terminal(seeded_db: Path, tmp_path: Path) -> None:
                f"--db {shlex.quote(str(seeded_db))}; echo $? > {shlex.quote(str(done))}")
     tmux.run("new-session", "-d", "-s", "mkb", "-x", "120", "-y", "36", command)
     try:
-        shown = tmux.wait_for("17 attempts")
-        assert "model-a" in shown and "solo_cute" in shown
+        tmux.wait_for("17 attempts", "model-a", "solo_cute")
         time.sleep(0.5)  # let the terminal settle (first keys can race the startup queries)
         tmux.run("send-keys", "-t", "mkb", "/")
         time.sleep(0.2)
         tmux.run("send-keys", "-t", "mkb", "-l", "state:running")
-        shown = tmux.wait_for("1 attempts")
-        assert "model-b" in shown and "running" in shown
+        tmux.wait_for("1 attempts", "model-b", "running")
         tmux.run("send-keys", "-t", "mkb", "Enter")  # filter → table
         tmux.run("send-keys", "-t", "mkb", "Enter")  # open the attempt
-        shown = tmux.wait_for("attempt 17 · model-b · p28")
-        assert "Trajectory" in shown and "no trajectory steps recorded yet" in shown
+        tmux.wait_for("attempt 17 · model-b · p28", "Trajectory",
+                      "no trajectory steps recorded yet")
         tmux.run("send-keys", "-t", "mkb", "Escape")
         time.sleep(0.5)  # a lone Escape followed fast by "2" reads as alt+2 in a terminal
         tmux.run("send-keys", "-t", "mkb", "2")
