@@ -5,14 +5,16 @@ Layout of a built variant ``<out>/<pid>-<dsl>/``::
     task.toml            agent timeout = budget, no network, 2 CPUs, 8 GB, workdir /workspace
     instruction.md       the instruction (plus a transferred skill for skill-conditioned runs)
     manifest.json        inputs hash, file hashes, DSL package versions
-    environment/         copied into the workdir: problem.py, problems/ (helpers the problem
-                         imports), CONTRACT.md, bin/submit, docs/, Dockerfile (for docker)
+    environment/         copied into the workdir: problem.py, problems/ (the shared modules
+                         and every helper the problem imports, so problem.py runs without
+                         this project installed), CONTRACT.md, bin/submit, docs/, Dockerfile
     tests/               the final evaluation for plain ``harbor run`` (CPU preview)
     solution/solve.sh    only when a reference solution is given (oracle runs)
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import shutil
@@ -52,9 +54,51 @@ def _problem_source(problem_id: str) -> tuple[object, bytes]:
     return problem, Path(problem.path).read_bytes()
 
 
-def _vendored_sources() -> dict[str, bytes]:
+def _imported_problem_modules(source: bytes) -> set[str]:
+    """Dotted names under ``problems`` that a source imports (``from problems.x import _y``
+    counts ``problems.x._y`` when that is a module, else ``problems.x``)."""
     root = Path(problems.__file__).resolve().parent
-    return {name: (root / name).read_bytes() for name in VENDORED_MODULES}
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("problems."))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module != "problems" and not node.module.startswith("problems."):
+                continue
+            names.add(node.module)
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if (root.parent / (dotted.replace(".", "/") + ".py")).is_file():
+                    names.add(dotted)
+    names.discard("problems")
+    return names
+
+
+def vendored_problem_files(problem_source: bytes = b"") -> dict[str, bytes]:
+    """The ``problems`` package files a built task ships, by path inside ``problems/``: the
+    shared modules plus every helper the problem imports, followed through their imports."""
+    root = Path(problems.__file__).resolve().parent
+    files = {name: (root / name).read_bytes() for name in VENDORED_MODULES}
+    pending = [problem_source, *files.values()]
+    while pending:
+        for dotted in sorted(_imported_problem_modules(pending.pop())):
+            rel = Path(*dotted.split(".")[1:])
+            module = root / rel.with_suffix(".py")
+            if module.is_file():
+                key = rel.with_suffix(".py").as_posix()
+            elif (root / rel / "__init__.py").is_file():
+                module, key = root / rel / "__init__.py", (rel / "__init__.py").as_posix()
+            else:
+                raise FileNotFoundError(f"the problem imports {dotted}, which does not exist")
+            if key in files:
+                continue
+            files[key] = module.read_bytes()
+            pending.append(files[key])
+            for parent in rel.parents:  # subpackages need their __init__.py
+                init = (parent / "__init__.py").as_posix()
+                if parent != Path(".") and init not in files:
+                    files[init] = (root / init).read_bytes()
+    return dict(sorted(files.items()))
 
 
 def inputs_hash(
@@ -71,7 +115,7 @@ def inputs_hash(
     parts: list[bytes] = [
         BUILDER_VERSION.encode(),
         problem_source,
-        *(_vendored_sources()[n] for n in VENDORED_MODULES),
+        *(name.encode() + data for name, data in vendored_problem_files(problem_source).items()),
         Path(ins.__file__).read_bytes(),
         render_submit_script(MAX_SOURCE_BYTES).encode(),
         FINAL_EVAL_PY.encode(),
@@ -179,8 +223,10 @@ def build_task(
     for folder in (env_dir, tests_dir):
         (folder / ins.PROBLEM_FILE).write_bytes(problem_src)
         (folder / "problems" / "__init__.py").write_text('"""Helpers the problem imports."""\n')
-        for mod, data in _vendored_sources().items():
-            (folder / "problems" / mod).write_bytes(data)
+        for rel, data in vendored_problem_files(problem_src).items():
+            target = folder / "problems" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
     (env_dir / ins.CONTRACT_FILE).write_text(ins.render_contract(info))
     submit = env_dir / SUBMIT_PATH
     submit.write_text(render_submit_script(MAX_SOURCE_BYTES))
