@@ -8,19 +8,7 @@ sequence's tokens and applied to the values. Outputs: ``output [64, 32, 128]`` b
 
 from __future__ import annotations
 
-import torch
-
-from problems.attention._paged import (
-    attend_split,
-    attention_cost,
-    draw_pages,
-    indptr,
-    paged_attention,
-    permute,
-    sequence_order,
-)
-from problems.common import generator, randn
-from problems.spec import Cost, Workload
+from problems.attention._gqa import PAGED_DECODE
 
 ID = "p01"
 SLUG = "gqa_paged_decode_h32_kv8_d128_ps1_bf16"
@@ -56,39 +44,6 @@ OUTPUTS = ("output", "lse")
 INPLACE: dict[str, str] = {}
 DECISION_MARGIN = None
 
-
-def make_inputs(seed: int, device: str, w: Workload) -> list:
-    g = generator(seed, device)
-    lens = permute(sequence_order(g, len(w.kv_lens)), w.kv_lens)
-    cache_shape = (w.num_pages, w.page_size, w.num_kv_heads, w.head_dim)
-    q = randn(g, (len(lens), w.num_qo_heads, w.head_dim), torch.bfloat16, device)
-    k_cache = randn(g, cache_shape, torch.bfloat16, device)
-    v_cache = randn(g, cache_shape, torch.bfloat16, device)
-    kv_indices = draw_pages(g, w.num_pages, sum(lens), device)
-    return [q, k_cache, v_cache, indptr(lens, device), kv_indices, w.sm_scale]
-
-
-def reference(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale: float):
-    return paged_attention(q, k_cache, v_cache, None, kv_indptr, kv_indices, None, sm_scale, False)
-
-
-def dropped_term(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale: float):
-    """Mutant: forgets the softmax scale."""
-    return paged_attention(q, k_cache, v_cache, None, kv_indptr, kv_indices, None, 1.0, False)
-
-
-def reordered(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale: float):
-    """Valid alternative: two key blocks merged through their log-sum-exps (split-KV)."""
-    return paged_attention(
-        q, k_cache, v_cache, None, kv_indptr, kv_indices, None, sm_scale, False, attend_split
-    )
-
-
-def cost(w: Workload) -> Cost:
-    tokens, batch = sum(w.kv_lens), len(w.kv_lens)
-    kv_bytes = 2 * tokens * w.num_kv_heads * w.head_dim * 2
-    q_out_bytes = 2 * batch * w.num_qo_heads * w.head_dim * 2 + batch * w.num_qo_heads * 4
-    index_bytes = 4 * (tokens + batch + 1)
-    return attention_cost(
-        tokens, w.num_qo_heads, w.head_dim, w.head_dim, kv_bytes + q_out_bytes + index_bytes
-    )
+# Generator, reference, mutant, valid reordering and cost are those of p02 (the same
+# layout with other geometry): see problems/attention/_gqa.py.
+make_inputs, reference, dropped_term, reordered, cost = PAGED_DECODE

@@ -10,20 +10,7 @@ log-sum-exp of the masked scaled scores (``logsumexp / ln 2``)."""
 
 from __future__ import annotations
 
-import torch
-
-from problems.attention._paged import (
-    attend_split,
-    attention_cost,
-    causal_pairs,
-    draw_pages,
-    indptr,
-    paged_attention,
-    permute,
-    sequence_order,
-)
-from problems.common import generator, randn
-from problems.spec import Cost, Workload
+from problems.attention._gqa import PAGED_PREFILL
 
 ID = "p04"
 SLUG = "gqa_paged_prefill_causal_h24_kv8_d128_ps1_bf16"
@@ -59,48 +46,6 @@ OUTPUTS = ("output", "lse")
 INPLACE: dict[str, str] = {}
 DECISION_MARGIN = None
 
-
-def make_inputs(seed: int, device: str, w: Workload) -> list:
-    g = generator(seed, device)
-    order = sequence_order(g, len(w.q_lens))
-    q_lens, kv_lens = permute(order, w.q_lens), permute(order, w.kv_lens)
-    cache_shape = (w.num_pages, w.page_size, w.num_kv_heads, w.head_dim)
-    q = randn(g, (sum(q_lens), w.num_qo_heads, w.head_dim), torch.bfloat16, device)
-    k_cache = randn(g, cache_shape, torch.bfloat16, device)
-    v_cache = randn(g, cache_shape, torch.bfloat16, device)
-    kv_indices = draw_pages(g, w.num_pages, sum(kv_lens), device)
-    return [
-        q, k_cache, v_cache, indptr(q_lens, device), indptr(kv_lens, device), kv_indices,
-        w.sm_scale,
-    ]
-
-
-def reference(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale: float):
-    return paged_attention(
-        q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, None, sm_scale, True
-    )
-
-
-def dropped_term(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale: float):
-    """Mutant: forgets the causal mask."""
-    return paged_attention(
-        q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, None, sm_scale, False
-    )
-
-
-def reordered(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale: float):
-    """Valid alternative: two key blocks merged through their log-sum-exps (split-KV)."""
-    return paged_attention(
-        q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, None, sm_scale, True, attend_split
-    )
-
-
-def cost(w: Workload) -> Cost:
-    total_q, tokens, batch = sum(w.q_lens), sum(w.kv_lens), len(w.q_lens)
-    kv_bytes = 2 * tokens * w.num_kv_heads * w.head_dim * 2
-    q_out_bytes = 2 * total_q * w.num_qo_heads * w.head_dim * 2 + total_q * w.num_qo_heads * 4
-    index_bytes = 4 * (tokens + 2 * (batch + 1))
-    return attention_cost(
-        causal_pairs(w.q_lens, w.kv_lens), w.num_qo_heads, w.head_dim, w.head_dim,
-        kv_bytes + q_out_bytes + index_bytes,
-    )
+# Generator, reference, mutant, valid reordering and cost are those of p05 (the same
+# layout with other geometry): see problems/attention/_gqa.py.
+make_inputs, reference, dropped_term, reordered, cost = PAGED_PREFILL

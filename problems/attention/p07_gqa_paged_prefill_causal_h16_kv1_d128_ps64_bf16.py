@@ -11,20 +11,7 @@ the base-2 log-sum-exp of the masked scaled scores (``logsumexp / ln 2``)."""
 
 from __future__ import annotations
 
-import torch
-
-from problems.attention._paged import (
-    attend_split,
-    attention_cost,
-    causal_pairs,
-    draw_pages,
-    indptr,
-    paged_attention,
-    permute,
-    sequence_order,
-)
-from problems.common import generator, randn
-from problems.spec import Cost, Workload
+from problems.attention._gqa import PAGED_PREFILL_LAST_PAGE
 
 ID = "p07"
 SLUG = "gqa_paged_prefill_causal_h16_kv1_d128_ps64_bf16"
@@ -70,58 +57,6 @@ OUTPUTS = ("output", "lse")
 INPLACE: dict[str, str] = {}
 DECISION_MARGIN = None
 
-
-def make_inputs(seed: int, device: str, w: Workload) -> list:
-    g = generator(seed, device)
-    order = sequence_order(g, len(w.q_lens))
-    q_lens, pages = permute(order, w.q_lens), permute(order, w.kv_pages)
-    last = permute(order, w.kv_last_page_len)
-    cache_shape = (w.num_pages, w.page_size, w.num_kv_heads, w.head_dim)
-    q = randn(g, (sum(q_lens), w.num_qo_heads, w.head_dim), torch.bfloat16, device)
-    k_cache = randn(g, cache_shape, torch.bfloat16, device)
-    v_cache = randn(g, cache_shape, torch.bfloat16, device)
-    kv_indices = draw_pages(g, w.num_pages, sum(pages), device)
-    last_len = torch.tensor(last, dtype=torch.int32, device=device)
-    return [
-        q, k_cache, v_cache, indptr(q_lens, device), indptr(pages, device), kv_indices, last_len,
-        w.sm_scale,
-    ]
-
-
-def reference(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
-    return paged_attention(
-        q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale, True
-    )
-
-
-def dropped_term(
-    q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale
-):
-    """Mutant: forgets the causal mask."""
-    return paged_attention(
-        q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale, False
-    )
-
-
-def reordered(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
-    """Valid alternative: two key blocks merged through their log-sum-exps (split-KV)."""
-    return paged_attention(
-        q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale, True,
-        attend_split,
-    )
-
-
-def kv_tokens(w: Workload) -> list[int]:
-    return [(n - 1) * w.page_size + last for n, last in zip(w.kv_pages, w.kv_last_page_len)]
-
-
-def cost(w: Workload) -> Cost:
-    total_q, batch, pages = sum(w.q_lens), len(w.q_lens), sum(w.kv_pages)
-    tokens = kv_tokens(w)
-    kv_bytes = 2 * sum(tokens) * w.num_kv_heads * w.head_dim * 2
-    q_out_bytes = 2 * total_q * w.num_qo_heads * w.head_dim * 2 + total_q * w.num_qo_heads * 4
-    index_bytes = 4 * (pages + 3 * batch + 2)
-    return attention_cost(
-        causal_pairs(w.q_lens, tokens), w.num_qo_heads, w.head_dim, w.head_dim,
-        kv_bytes + q_out_bytes + index_bytes,
-    )
+# Generator, reference, mutant, valid reordering and cost are those of p06 (the same
+# layout with other geometry): see problems/attention/_gqa.py.
+make_inputs, reference, dropped_term, reordered, cost = PAGED_PREFILL_LAST_PAGE

@@ -9,19 +9,7 @@ float32, the base-2 log-sum-exp of the masked scaled scores (``logsumexp / ln 2`
 
 from __future__ import annotations
 
-import torch
-
-from problems.attention._paged import (
-    attend_split,
-    attention_cost,
-    causal_pairs,
-    indptr,
-    permute,
-    ragged_attention,
-    sequence_order,
-)
-from problems.common import generator, randn
-from problems.spec import Cost, Workload
+from problems.attention._gqa import RAGGED_PREFILL
 
 ID = "p09"
 SLUG = "gqa_ragged_prefill_causal_h8_kv1_d256_bf16"
@@ -61,38 +49,6 @@ OUTPUTS = ("output", "lse")
 INPLACE: dict[str, str] = {}
 DECISION_MARGIN = None
 
-
-def make_inputs(seed: int, device: str, w: Workload) -> list:
-    g = generator(seed, device)
-    order = sequence_order(g, len(w.q_lens))
-    q_lens = permute(order, w.q_lens)
-    kv_lens = [lq + p for lq, p in zip(q_lens, permute(order, w.prefix_lens))]
-    q = randn(g, (sum(q_lens), w.num_qo_heads, w.head_dim), torch.bfloat16, device)
-    k = randn(g, (sum(kv_lens), w.num_kv_heads, w.head_dim), torch.bfloat16, device)
-    v = randn(g, (sum(kv_lens), w.num_kv_heads, w.head_dim), torch.bfloat16, device)
-    return [q, k, v, indptr(q_lens, device), indptr(kv_lens, device), w.sm_scale]
-
-
-def reference(q, k, v, qo_indptr, kv_indptr, sm_scale: float):
-    return ragged_attention(q, k, v, qo_indptr, kv_indptr, sm_scale, True)
-
-
-def dropped_term(q, k, v, qo_indptr, kv_indptr, sm_scale: float):
-    """Mutant: forgets the causal mask."""
-    return ragged_attention(q, k, v, qo_indptr, kv_indptr, sm_scale, False)
-
-
-def reordered(q, k, v, qo_indptr, kv_indptr, sm_scale: float):
-    """Valid alternative: two key blocks merged through their log-sum-exps (split-KV)."""
-    return ragged_attention(q, k, v, qo_indptr, kv_indptr, sm_scale, True, attend_split)
-
-
-def cost(w: Workload) -> Cost:
-    kv_lens = [lq + p for lq, p in zip(w.q_lens, w.prefix_lens)]
-    total_q, total_kv, batch = sum(w.q_lens), sum(kv_lens), len(w.q_lens)
-    kv_bytes = 2 * total_kv * w.num_kv_heads * w.head_dim * 2
-    q_out_bytes = 2 * total_q * w.num_qo_heads * w.head_dim * 2 + total_q * w.num_qo_heads * 4
-    return attention_cost(
-        causal_pairs(w.q_lens, kv_lens), w.num_qo_heads, w.head_dim, w.head_dim,
-        kv_bytes + q_out_bytes + 8 * (batch + 1),
-    )
+# Generator, reference, mutant, valid reordering and cost are those of p08 (the same
+# layout with other geometry): see problems/attention/_gqa.py.
+make_inputs, reference, dropped_term, reordered, cost = RAGGED_PREFILL
