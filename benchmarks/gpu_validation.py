@@ -66,6 +66,7 @@ async def main(out_dir: Path, files: list[str]) -> int:
                "speedup": fb.speedup, "impl_median_ms": fb.impl_median_ms,
                "eager_median_ms": fb.eager_median_ms,
                "dsl_launches_per_call": fb.dsl_launches_per_call, "bypass": fb.bypass,
+               "kernel_audit": (fb.kernel_audit or {}).get("status"),
                "message": fb.message[:500], "wall_s": round(wall, 2),
                "timings_s": fb.timings_s}
         summary["results"].append(row)

@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.grading.kernel_audit import MODES as KERNEL_AUDIT_MODES
+
 KNOWN_SANDBOXES = ("local", "docker", "modal", "daytona")
 KNOWN_GRADING = ("local", "http", "harbor", "simulated")
 KNOWN_AGENTS = ("terminus-2", "simulated")
@@ -247,6 +249,12 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
     grading_options = data.get("grading", {})
     _expect(isinstance(sandbox_options, dict), f"{path} [sandbox]", "must be a table")
     _expect(isinstance(grading_options, dict), f"{path} [grading]", "must be a table")
+    if "kernel_audit" in grading_options:
+        _expect(grading in ("local", "harbor"), f"{path} [grading].kernel_audit",
+                "applies to local and harbor grading (an http grader sets its own "
+                "with mkb grader serve --kernel-audit)")
+        _expect(grading_options["kernel_audit"] in KERNEL_AUDIT_MODES,
+                f"{path} [grading].kernel_audit", f"must be one of {KERNEL_AUDIT_MODES}")
 
     conc = data.get("concurrency", {})
     _expect(isinstance(conc, dict), f"{path} [concurrency]", "must be a table")

@@ -26,10 +26,13 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         from engine.simulated import SimulatedBackend
 
         return SimulatedBackend()
+    from engine.grading.evaluate import EvalConfig
+
+    eval_config = EvalConfig(kernel_audit=options.pop("kernel_audit", "report"))
     if config.grading == "local":
         from engine.grading.local import LocalBackend
 
-        return LocalBackend(**options)  # type: ignore[no-any-return]
+        return LocalBackend(config=eval_config, **options)  # type: ignore[no-any-return]
     if config.grading == "http":
         # the http client pool with a cooldown for hosts that just failed
         from engine.fleet import FleetBackend
@@ -37,7 +40,7 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         return FleetBackend(**options)
     from engine.grading.harbor_backend import HarborBackend, HarborConfig
 
-    return HarborBackend(HarborConfig(**options))
+    return HarborBackend(HarborConfig(**options), eval_config)
 
 
 class Terminus2Runner:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.grading import kernel_audit
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -37,6 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("full", "smoke"),
         default=None,
         help="workload scale (default: full on GPU, smoke in CPU preview)",
+    )
+    parser.add_argument(
+        "--kernel-audit",
+        choices=kernel_audit.MODES,
+        default="report",
+        help=kernel_audit.MODES_HELP,
     )
     parser.add_argument(
         "--memory-mb",
@@ -73,7 +81,12 @@ def handle(args: argparse.Namespace) -> int:
         return usage_error("--device cuda: no CUDA device is visible on this host")
     source = path.read_text(encoding="utf-8", errors="surrogateescape")
     request = GradeRequest(problem_id, args.dsl, source, device=device, request_id=path.name)
-    config = EvalConfig(timeout_s=args.timeout, scale=args.scale, memory_limit_mb=args.memory_mb)
+    config = EvalConfig(
+        timeout_s=args.timeout,
+        scale=args.scale,
+        memory_limit_mb=args.memory_mb,
+        kernel_audit=args.kernel_audit,
+    )
     feedback = grade_in_subprocess(request, config, device)
     if args.json:
         json.dump(feedback.to_dict(), sys.stdout, indent=2, default=str)
@@ -145,4 +158,8 @@ def render(fb: dict[str, Any]) -> str:
         shown = "skipped: no GPU" if launches is None and verdict == "preview" else launches
         lines.append(f"  DSL launches per call: {'—' if shown is None else shown}")
         lines.append(f"  bypass test: {fb.get('bypass') or '—'}")
+        audit = fb.get("kernel_audit")
+        if audit:
+            lines.append(f"  kernel audit (profiler): {audit['status']} "
+                         f"({audit['dsl_kernel_runs']} DSL kernel runs seen, mode {audit['mode']})")
     return "\n".join(lines)

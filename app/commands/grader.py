@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from engine.grading import kernel_audit
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("grader", help="run the grading service (http backend)")
@@ -33,6 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="concurrent CPU-preview evaluations on a host without GPUs",
     )
     serve.add_argument("--timeout", type=float, default=600.0, help="evaluation limit (s)")
+    serve.add_argument(
+        "--kernel-audit",
+        choices=kernel_audit.MODES,
+        default="report",
+        help=kernel_audit.MODES_HELP,
+    )
     serve.add_argument(
         "--max-queue",
         type=int,
@@ -84,7 +92,7 @@ def handle_serve(args: argparse.Namespace) -> int:
         backend = LocalBackend(
             gpus=gpus,
             preview_slots=args.preview_slots,
-            config=EvalConfig(timeout_s=args.timeout),
+            config=EvalConfig(timeout_s=args.timeout, kernel_audit=args.kernel_audit),
             warm=not args.cold,
         )
         await backend.start()

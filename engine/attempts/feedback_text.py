@@ -44,6 +44,8 @@ def format_feedback(feedback: Feedback, n: int, limit: int) -> str:
         lines.append(f"DSL launches per call: {feedback.dsl_launches_per_call:g}")
     if feedback.bypass:
         lines.append(f"bypass test: {feedback.bypass}")
+    if feedback.kernel_audit:
+        lines.append(f"kernel audit (profiler): {feedback.kernel_audit.get('status')}")
     if feedback.log_tail:
         lines.append("log tail:\n" + feedback.log_tail[-2000:])
     return "\n".join(lines)

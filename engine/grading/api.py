@@ -68,6 +68,7 @@ class Feedback:
     speedup: float | None = None  # eager / impl, capped at 100
     dsl_launches_per_call: float | None = None
     bypass: str | None = None  # "outputs_failed" (good), "still_valid" (bad), "skipped: ..."
+    kernel_audit: dict[str, Any] | None = None  # profiler cross-check (kernel_audit.py)
     sol_ms: float | None = None
     timings_s: dict[str, float] = field(default_factory=dict)  # phase → wall seconds
     log_tail: str = ""

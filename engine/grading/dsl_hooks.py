@@ -12,6 +12,7 @@ nothing here is imported at module load, so this file imports cleanly anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,14 +137,31 @@ def _install_tirx(counter: LaunchCounter) -> bool:
     if module_cls is None:
         return False
 
-    def has_cuda(mod: Any) -> bool:
+    named: set[int] = set()
+
+    def cuda_modules(mod: Any) -> list[Any]:
         try:
             if getattr(mod, "kind", None) == "cuda":
-                return True
-            found = mod._collect_from_import_tree(lambda m: m.kind == "cuda")
-            return bool(found)
+                return [mod]
+            return list(mod._collect_from_import_tree(lambda m: m.kind == "cuda"))
         except Exception:  # noqa: BLE001 - treat unknown modules as host code
-            return False
+            return []
+
+    def collect_names(modules: list[Any]) -> None:
+        """Kernel names for the profiler cross-check, from the generated CUDA source."""
+        from engine.grading.kernel_audit import cuda_kernel_names
+
+        for m in modules:
+            if id(m) in named:
+                continue
+            named.add(id(m))
+            with contextlib.suppress(Exception):  # names are best effort; counting still works
+                counter.kernel_names.update(cuda_kernel_names(str(m.inspect_source())))
+
+    def has_cuda(mod: Any) -> bool:
+        modules = cuda_modules(mod)
+        collect_names(modules)
+        return bool(modules)
 
     def make(original: Any) -> Any:
         def get_function(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:

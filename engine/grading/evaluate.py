@@ -16,6 +16,7 @@ from pathlib import Path
 from random import SystemRandom
 from typing import Any
 
+from engine.grading import kernel_audit
 from engine.grading.api import Feedback, Finding, GradeRequest
 from engine.grading.rules import check_source, first_reason
 from engine.grading.supervise import Limits, Outcome, run_subprocess
@@ -26,6 +27,7 @@ FAMILY_FOLDERS = ("attention", "kv_cache", "mlp_norm", "moe", "quantization", "l
 # (correctness draws, warmup calls, timed calls, rechecks)
 GPU_COUNTS = (5, 10, 50, 3)
 PREVIEW_COUNTS = (5, 2, 10, 3)
+KERNEL_AUDIT_MODES = kernel_audit.MODES
 
 
 @dataclass
@@ -40,6 +42,15 @@ class EvalConfig:
     env: dict[str, str] = field(default_factory=dict)  # extra child environment
     problem_paths: dict[str, str] = field(default_factory=dict)  # id → file (tests, drafts)
     dsl_checks: bool | None = None  # None: on GPU only; True also on CPU (tests, stand-in DSL)
+    # Profiler cross-check of DSL launches: "report" records it, "enforce" also rejects an
+    # unconfirmed launch (dsl.launch_unconfirmed), "off" skips the extra profiled call.
+    kernel_audit: str = "report"
+
+    def __post_init__(self) -> None:
+        if self.kernel_audit not in KERNEL_AUDIT_MODES:
+            raise ValueError(
+                f"kernel_audit must be one of {KERNEL_AUDIT_MODES}, not {self.kernel_audit!r}"
+            )
 
     def limits(self, device: str) -> Limits:
         memory = self.memory_limit_mb
@@ -131,6 +142,7 @@ def make_job(request: GradeRequest, device: str, config: EvalConfig, workdir: st
         "workdir": workdir,
         "problem_path": config.problem_paths.get(request.problem_id),
         "dsl_checks": device == "cuda" if config.dsl_checks is None else config.dsl_checks,
+        "kernel_audit": config.kernel_audit,
     }
 
 
@@ -198,6 +210,7 @@ def feedback_from(request: GradeRequest, outcome: Outcome, device: str) -> Feedb
         speedup=data.get("speedup"),
         dsl_launches_per_call=data.get("dsl_launches_per_call"),
         bypass=data.get("bypass") or ("skipped: no GPU" if device == "cpu" else None),
+        kernel_audit=data.get("kernel_audit"),
         timings_s=timings,
         log_tail=outcome.log_tail,
     )

@@ -170,10 +170,12 @@ class LocalBackend:
         self.config = config or EvalConfig()
         if gpus == "auto":
             gpu_ids = list(range(gpu_count()))
-        elif gpus is None:
+        elif gpus is None or gpus in ("none", "cpu"):
             gpu_ids = []
+        elif isinstance(gpus, str):
+            raise ValueError(f'gpus must be "auto", "none" or a list of GPU indices, not {gpus!r}')
         else:
-            gpu_ids = [int(g) for g in gpus]  # type: ignore[union-attr]
+            gpu_ids = [int(g) for g in gpus]
         self.device = "cuda" if gpu_ids else "cpu"
         self.slots: list[Slot] = []
         for gpu in gpu_ids:

@@ -358,6 +358,34 @@ class Evaluation:
         still = self.check_outputs(out, pristine, "bypass", 0)
         return "still_valid" if still else "outputs_failed"
 
+    def audit_kernels(self, solve: Callable[..., Any]) -> None:
+        """Profile one more call: the hooked launches must have run compiled DSL kernels."""
+        from engine.grading.kernel_audit import cross_check, profiled_kernel_names
+
+        mode = self.job.get("kernel_audit", "report")
+        if mode == "off":
+            return
+        self.phase("kernel_audit")
+        start = _monotonic()
+        before = self.counter.count
+        seen = None
+        if self.cuda:
+            seed = self.job["seeds"]["warmup"][0]
+            seen = profiled_kernel_names(lambda: self.call(solve, seed))
+        observed, control_seen = seen if seen is not None else (None, False)
+        audit = cross_check(
+            self.counter.kernel_names, observed, control_seen, self.counter.count - before
+        )
+        audit["mode"] = mode
+        self.result["kernel_audit"] = audit
+        self.timed("kernel_audit", start)
+        if audit["status"] == "unconfirmed" and mode == "enforce":
+            raise Rejected(
+                "dsl.launch_unconfirmed",
+                f"{audit['hooked_launches']} {self.job['dsl']} launches were counted but the "
+                "profiler saw none of the kernels the DSL compiled in this process",
+            )
+
     # -- the whole evaluation ---------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         from engine.grading import dsl_hooks
@@ -443,7 +471,7 @@ class Evaluation:
             result["dsl_launches_per_call"] = None
         else:
             result["dsl_launches_per_call"] = sum(self.launches) / max(1, len(self.launches))
-            result["kernel_names"] = sorted(self.counter.kernel_names)[:32]
+            self.audit_kernels(solve)
             self.phase("bypass")
             start = _monotonic()
             result["bypass"] = self.bypass_test(solve)

@@ -94,6 +94,9 @@ skill_file = "{skill}"
         (BASIC + '\n[[transfers]]\nkind = "edited_skill"\nproblem = "p28"\n'
          'direction = "cute->tirx"\nskill_text = "  "\n', "blank"),
         (BASIC + "\n[concurrency]\nsandboxes = 0\n", "sandboxes"),
+        (BASIC + '\n[grading]\nkernel_audit = "strict"\n', "[grading].kernel_audit"),
+        (BASIC.replace("replicates = 2", 'grading = "http"') + '\n[grading]\n'
+         'kernel_audit = "enforce"\n', "mkb grader serve --kernel-audit"),
     ],
 )
 def test_invalid_configs_get_clear_errors(text: str, message: str) -> None:
@@ -114,3 +117,12 @@ def test_run_refuses_a_config_whose_environment_is_missing(
     err = capsys.readouterr().err
     assert "cannot run here" in err and "docker" in err
     assert not db.exists()  # refused before anything started
+
+
+def test_kernel_audit_reaches_the_local_grader() -> None:
+    from engine.factory import make_backend
+
+    config = parse_config(BASIC + '\n[grading]\nkernel_audit = "enforce"\ngpus = "none"\n',
+                          "exp.toml")
+    backend = make_backend(config)
+    assert backend.config.kernel_audit == "enforce"  # type: ignore[attr-defined]

@@ -48,5 +48,8 @@ def test_dsl_checks(grade_with_fake_dsl: Callable[[str], Feedback], path: Path) 
         assert feedback.dsl_launches_per_call == 1.0
         assert feedback.bypass == "outputs_failed"
         assert feedback.draws[-1]["kind"] == "bypass" and not feedback.draws[-1]["passed"]
+        audit = feedback.kernel_audit or {}
+        assert audit.get("status") == "unavailable"  # no profiler without a GPU
+        assert any(n.startswith("kernel_cutlass_") for n in audit["compiled_kernels"])
     else:
         assert (feedback.verdict, feedback.reason) == ("fail", expected), feedback.message

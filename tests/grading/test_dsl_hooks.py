@@ -109,6 +109,9 @@ def test_tirx_cuda_module_functions_are_wrapped(monkeypatch: pytest.MonkeyPatch)
         def get_function(self, name):
             return lambda *args: calls.append((self.kind, name, args))
 
+        def inspect_source(self):
+            return 'extern "C" __global__ void __launch_bounds__(128) main_kernel(float* A) {}'
+
     _module(monkeypatch, "tvm_ffi", Module=Module)
     _module(monkeypatch, "tvm")
     counter = dsl_hooks.install("tirx")
@@ -117,6 +120,7 @@ def test_tirx_cuda_module_functions_are_wrapped(monkeypatch: pytest.MonkeyPatch)
         Module("cuda").get_function("main")(1, 2)
         Module("llvm").get_function("host_only")(3)
         assert counter.count == 1 and counter.labels == ["tirx:main"]
+        assert counter.kernel_names == {"main_kernel"}  # for the profiler cross-check
         counter.bypass = True
         Module("cuda").get_function("main")(4)
         assert calls == [("cuda", "main", (1, 2)), ("llvm", "host_only", (3,))]

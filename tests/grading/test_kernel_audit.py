@@ -1,0 +1,123 @@
+"""The profiler cross-check of DSL launches: the decision, TIRx kernel names, the wiring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine.grading import kernel_audit
+from engine.grading.dsl_hooks import LaunchCounter
+from engine.grading.evaluate import EvalConfig
+from engine.grading.kernel_audit import cross_check, cuda_kernel_names, profiled_kernel_names
+from engine.grading.worker import Evaluation, Rejected
+
+TORCH_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
+CUTE = "kernel_cutlass_rmsnorm_tensorptrf32_0"
+
+
+def test_a_compiled_kernel_that_ran_confirms_the_launches() -> None:
+    audit = cross_check({CUTE}, [TORCH_ADD, CUTE, CUTE], True, 2)
+    assert audit["status"] == "confirmed" and audit["dsl_kernel_runs"] == 2
+
+
+def test_the_profiler_may_print_a_signature_around_the_symbol() -> None:
+    audit = cross_check({"main_kernel"}, [TORCH_ADD, "main_kernel(float*, float*)"], True, 1)
+    assert audit["status"] == "confirmed"
+
+
+def test_counted_launches_without_a_dsl_kernel_are_unconfirmed() -> None:
+    audit = cross_check({CUTE}, [TORCH_ADD, "void at::native::reduce_kernel<512>"], True, 1)
+    assert audit["status"] == "unconfirmed" and audit["dsl_kernel_runs"] == 0
+
+
+def test_a_profiler_that_misses_the_control_kernel_is_unavailable_not_a_cheat() -> None:
+    assert cross_check({CUTE}, [], False, 1)["status"] == "unavailable"
+    assert cross_check({CUTE}, None, False, 1)["status"] == "unavailable"
+
+
+def test_without_compiled_names_only_the_count_is_reported() -> None:
+    audit = cross_check(set(), [TORCH_ADD, "mystery"], True, 1)
+    assert audit["status"] == "names_unknown" and TORCH_ADD in audit["observed_kernels"]
+
+
+def test_tirx_kernel_names_come_from_the_generated_cuda_source() -> None:
+    source = """
+    extern "C" __global__ void __launch_bounds__(256) main_kernel(float* __restrict__ A) { }
+    extern "C" __global__ void add_one_kernel0(half* B, int n) { }
+    __device__ float helper(float x) { return x; }
+    """
+    assert cuda_kernel_names(source) == {"main_kernel", "add_one_kernel0"}
+
+
+def test_the_profiler_is_unavailable_without_a_gpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present; the GPU validation covers the profiler")
+    assert profiled_kernel_names(lambda: None) is None
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="kernel_audit"):
+        EvalConfig(kernel_audit="strict")
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    def send(self, kind: str, data: Any) -> None:
+        self.sent.append((kind, data))
+
+
+def _evaluation(mode: str) -> tuple[Evaluation, LaunchCounter, _Channel]:
+    """An evaluation on a pretend GPU whose profiled call counts one hooked launch."""
+    counter = LaunchCounter("cute", kernel_names={CUTE})
+    evaluation = Evaluation.__new__(Evaluation)
+    channel = _Channel()
+    evaluation.job = {"dsl": "cute", "kernel_audit": mode, "seeds": {"warmup": [7]}}
+    evaluation.cuda, evaluation.counter, evaluation.channel = True, counter, channel
+    evaluation.result, evaluation.timings = {}, {}
+    evaluation.call = lambda solve, seed: counter.record("cute")  # type: ignore[method-assign]
+    return evaluation, counter, channel
+
+
+@pytest.fixture
+def profiler_sees(monkeypatch: pytest.MonkeyPatch):
+    def install(names: list[str]) -> None:
+        def fake(call):
+            call()
+            return names, True
+
+        monkeypatch.setattr(kernel_audit, "profiled_kernel_names", fake)
+
+    return install
+
+
+def test_enforce_rejects_an_unconfirmed_launch(profiler_sees) -> None:
+    profiler_sees([TORCH_ADD])
+    evaluation, _, channel = _evaluation("enforce")
+    with pytest.raises(Rejected) as caught:
+        evaluation.audit_kernels(solve=lambda: None)
+    assert caught.value.code == "dsl.launch_unconfirmed"
+    assert evaluation.result["kernel_audit"]["hooked_launches"] == 1
+    assert ("phase", "kernel_audit") in channel.sent
+
+
+def test_report_records_without_rejecting(profiler_sees) -> None:
+    profiler_sees([TORCH_ADD])
+    evaluation, _, _ = _evaluation("report")
+    evaluation.audit_kernels(solve=lambda: None)
+    assert evaluation.result["kernel_audit"]["status"] == "unconfirmed"
+    assert evaluation.result["kernel_audit"]["mode"] == "report"
+
+
+def test_enforce_passes_a_confirmed_launch_and_off_skips_the_call(profiler_sees) -> None:
+    profiler_sees([TORCH_ADD, CUTE])
+    evaluation, _, _ = _evaluation("enforce")
+    evaluation.audit_kernels(solve=lambda: None)
+    assert evaluation.result["kernel_audit"]["status"] == "confirmed"
+    evaluation, counter, _ = _evaluation("off")
+    evaluation.audit_kernels(solve=lambda: None)
+    assert "kernel_audit" not in evaluation.result and counter.count == 0
