@@ -16,11 +16,10 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, RichLog, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
-from screens.base import Changes, host
+from screens.base import Changes, LiveScreen, host
 from screens.render import (
     attempt_title,
     outcome_text,
@@ -64,7 +63,7 @@ def load_detail(
     return row, steps, subs, skill, comps
 
 
-class AttemptDetailScreen(Screen[None]):
+class AttemptDetailScreen(LiveScreen):
     """One attempt, live."""
 
     CSS_PATH = "attempt_detail.tcss"
@@ -84,7 +83,6 @@ class AttemptDetailScreen(Screen[None]):
         self.step_count = 0
         self.row: queries.AttemptRow | None = None
         self.comparisons: list[queries.ComparisonRow] = []
-        self._dirty = False
         self._placeholder = False
         self._comparisons_stale = True
 
@@ -145,14 +143,7 @@ class AttemptDetailScreen(Screen[None]):
         if changes.comparisons:
             self._comparisons_stale = True
         if changes.touches(self.attempt_id) or changes.comparisons:
-            if self.app.screen is self:
-                self.load()
-            else:
-                self._dirty = True
-
-    def on_screen_resume(self) -> None:
-        if self._dirty:
-            self.load()
+            self.reload_or_defer()
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

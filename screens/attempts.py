@@ -14,11 +14,10 @@ from sqlite_utils import Database
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from screens.app_bar import AppBar
-from screens.base import Changes, host
+from screens.base import Changes, LiveScreen, host
 from screens.render import ATTEMPT_COLUMNS, SORTABLE, attempt_cells, parse_filter
 from storage import queries
 
@@ -51,7 +50,7 @@ class AttemptTable(DataTable[Text]):
             self.add_column(label, key=key)
 
 
-class AttemptsScreen(Screen[None]):
+class AttemptsScreen(LiveScreen):
     """All attempts of the current experiment, live."""
 
     CSS_PATH = "attempts.tcss"
@@ -73,7 +72,6 @@ class AttemptsScreen(Screen[None]):
         self.total = 0
         self.rows: list[queries.AttemptRow] = []
         self._cells: dict[int, tuple[Text, ...]] = {}
-        self._dirty = False
         self.loads = 0
 
     def compose(self) -> ComposeResult:
@@ -162,16 +160,8 @@ class AttemptsScreen(Screen[None]):
                     self._cells[r.id] = (*self._cells[r.id][:6], cell, *self._cells[r.id][7:])
 
     def on_changes(self, changes: Changes) -> None:
-        if not changes.attempts:
-            return
-        if self.app.screen is self:
-            self.reload()
-        else:
-            self._dirty = True
-
-    def on_screen_resume(self) -> None:
-        if self._dirty:
-            self.reload()
+        if changes.attempts:
+            self.reload_or_defer()
 
     # -- interaction -----------------------------------------------------------------------
     @on(Input.Changed, "#attempt-filter")

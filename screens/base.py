@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
 
 from textual.dom import DOMNode
+from textual.screen import Screen
 from textual.signal import Signal
 
 T = TypeVar("T")
@@ -98,3 +99,26 @@ class TuiHost(Protocol):
 def host(node: DOMNode) -> TuiHost:
     """The running App as a :class:`TuiHost` (typed access for screens)."""
     return cast(TuiHost, node.app)
+
+
+class LiveScreen(Screen[None]):
+    """A screen fed by change batches: it reloads at once while on top, and only once when
+    shown again otherwise (a hidden screen runs no queries)."""
+
+    _dirty = False
+
+    def load(self) -> object:
+        """Start loading the screen's data (a worker in the subclasses)."""
+        raise NotImplementedError
+
+    def reload_or_defer(self) -> None:
+        if self.app.screen is self:
+            self._dirty = False
+            self.load()
+        else:
+            self._dirty = True
+
+    def on_screen_resume(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            self.load()

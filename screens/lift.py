@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
-from screens.base import Changes, host
+from screens.base import Changes, LiveScreen, host
 from screens.render import VERDICT_STYLES, pct, rho_text, signed_pct, speedup_text
 from storage import queries
 
@@ -43,7 +43,7 @@ def delta_text(value: Any) -> Text:
     return Text(signed_pct(value), style=style, justify="right")
 
 
-class LiftScreen(Screen[None]):
+class LiftScreen(LiveScreen):
     """Per-experiment analysis tables, recomputed when comparisons change."""
 
     CSS_PATH = "lift.tcss"
@@ -54,7 +54,6 @@ class LiftScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.report: dict[str, Any] | None = None
-        self._dirty = False
 
     def compose(self) -> ComposeResult:
         yield AppBar()
@@ -129,16 +128,8 @@ class LiftScreen(Screen[None]):
                                  pct(t["harm_rate"])))
 
     def on_changes(self, changes: Changes) -> None:
-        if not (changes.comparisons or changes.experiments):
-            return
-        if self.app.screen is self:
-            self.load()
-        else:
-            self._dirty = True
-
-    def on_screen_resume(self) -> None:
-        if self._dirty:
-            self.load()
+        if changes.comparisons or changes.experiments:
+            self.reload_or_defer()
 
     def action_refresh(self) -> None:
         self.load()

@@ -15,11 +15,10 @@ from sqlite_utils import Database
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
-from screens.base import Changes, host
+from screens.base import Changes, LiveScreen, host
 from screens.render import pct, signed_pct
 from screens.rubric_terms import UPTAKE_VALUES
 
@@ -131,7 +130,7 @@ def summary_text(data: dict[str, Any]) -> Text:
     return text
 
 
-class RubricScreen(Screen[None]):
+class RubricScreen(LiveScreen):
     """The rubric views of the current experiment, recomputed when labels change."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -146,7 +145,6 @@ class RubricScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.report: dict[str, Any] | None = None
-        self._dirty = False
 
     def compose(self) -> ComposeResult:
         yield AppBar()
@@ -184,16 +182,8 @@ class RubricScreen(Screen[None]):
         self.query_one("#rubric-summary", Static).update(summary_text(self.report))
 
     def on_changes(self, changes: Changes) -> None:
-        if not (changes.labels or changes.comparisons or changes.experiments):
-            return
-        if self.app.screen is self:
-            self.load()
-        else:
-            self._dirty = True
-
-    def on_screen_resume(self) -> None:
-        if self._dirty:
-            self.load()
+        if changes.labels or changes.comparisons or changes.experiments:
+            self.reload_or_defer()
 
     def action_refresh(self) -> None:
         self.load()

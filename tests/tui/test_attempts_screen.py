@@ -69,3 +69,26 @@ async def test_live_update_patches_the_visible_row(make_app, seeded_db: Path) ->
         assert row[5].plain == "finished:preview"
         assert row[7].plain == "4"
         assert row[6].plain == "5:00 / 40:00"
+
+
+async def test_a_hidden_screen_reloads_once_when_shown_again(make_app, seeded_db: Path) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 17)
+        await pilot.press("2")  # the lift tables cover the attempts screen
+        await wait_until(pilot, lambda: app.screen is not screen)
+        loads = screen.loads
+        other = Store(seeded_db)
+        try:
+            for i in range(3):
+                other.write_sync(writes.ensure_attempt, "tui-test", f"hidden|{i}", model="m",
+                                 problem_id="p28", dsl="cute", arm="solo_cute", replicate=i + 1)
+        finally:
+            other.close()
+        await wait_until(pilot, lambda: screen._dirty)
+        await pilot.pause(0.3)
+        assert screen.loads == loads  # no queries while hidden
+        await pilot.press("1")
+        await wait_until(pilot, lambda: screen.total == 20)
+        assert screen.loads == loads + 1 and not screen._dirty
