@@ -1,4 +1,5 @@
-"""Shared fixtures: every test gets its own SQLite file and never touches ./mkb-data."""
+"""Shared fixtures: every test gets its own SQLite file and guide cache, and never touches
+./mkb-data or the user's cache."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def _isolated_db_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MKB_DB", str(tmp_path / "default.sqlite"))
+    monkeypatch.setenv("MKB_GUIDES_CACHE", str(tmp_path / "guides-cache"))
 
 
 @pytest.fixture

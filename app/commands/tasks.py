@@ -38,6 +38,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     build.set_defaults(func=build_handler)
 
+    guides = sub.add_parser(
+        "guides",
+        help="show or fetch the DSLs' upstream guide pages (cached, copied into builds)",
+        description="Upstream guide pages at the pinned DSL versions: listed from the local "
+        "cache, or downloaded into it with --fetch (needs a network; failures are reported).",
+    )
+    guides.add_argument("--dsl", choices=["cute", "tirx"], action="append",
+                        help="only this DSL (repeatable; default: both)")
+    guides.add_argument("--fetch", action="store_true", help="download missing pages")
+    guides.add_argument("--refresh", action="store_true", help="with --fetch: download all again")
+    guides.add_argument("--base-url", default=None,
+                        help="raw-file server (default $MKB_GUIDES_BASE_URL or GitHub's)")
+    guides.set_defaults(func=guides_handler)
+
     check = sub.add_parser("check", help="report task directories that are stale")
     check.add_argument("dirs", nargs="+", type=Path, help="built task directories")
     check.set_defaults(func=check_handler)
@@ -85,3 +99,25 @@ def check_handler(args: argparse.Namespace) -> int:
         else:
             print(f"{folder}: up to date")
     return 1 if stale else 0
+
+
+def guides_handler(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from engine.tasks import guides
+
+    missing = 0
+    for dsl in args.dsl or ["cute", "tirx"]:
+        if args.fetch:
+            report = asyncio.run(
+                guides.fetch_guides(dsl, base_url=args.base_url, refresh=args.refresh)
+            )
+            print(f"{dsl} {report.tag}: {len(report.fetched)} fetched, {len(report.cached)} "
+                  f"already cached, {len(report.failed)} failed ({report.source})")
+            for page, why in report.failed.items():
+                print(f"  failed {page}: {why}")
+        cached = guides.cached_guides(dsl)
+        wanted = guides.GUIDE_SETS[dsl].pages
+        missing += len(wanted) - len(cached)
+        print(f"{dsl}: {len(cached)}/{len(wanted)} pages in {guides.cache_dir(dsl)}")
+    return 0 if missing == 0 or not args.fetch else 1

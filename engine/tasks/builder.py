@@ -26,6 +26,7 @@ from engine.tasks import instruction as ins
 from engine.tasks.docs import build_docs, package_version
 from engine.tasks.dsls import DslInfo, dsl_info
 from engine.tasks.final_eval_script import FINAL_EVAL_PY, TEST_SH
+from engine.tasks.guides import copy_guides, guides_digest
 from engine.tasks.submit_script import MAILBOX, SUBMIT_PATH, render_submit_script
 
 BUILDER_VERSION = "1"
@@ -101,6 +102,19 @@ def vendored_problem_files(problem_source: bytes = b"") -> dict[str, bytes]:
     return dict(sorted(files.items()))
 
 
+def _index_guides(index: Path, guides: dict) -> None:
+    """List the upstream guide pages (or say how to get them) in the docs index."""
+    lines = ["", f"## Upstream guides ({guides['tag']})", ""]
+    if guides["pages"]:
+        lines.append(f"Pages of {guides['source']}, unchanged:")
+        lines += [f"- [guides/{p}](guides/{p})" for p in guides["pages"]]
+    else:
+        lines.append("Not included in this build (the machine that built it had no cached "
+                     "copy; `mkb tasks guides --fetch` downloads them where a network exists).")
+    with index.open("a") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
 def inputs_hash(
     problem_source: bytes,
     dsl: DslInfo,
@@ -121,6 +135,7 @@ def inputs_hash(
         FINAL_EVAL_PY.encode(),
         dsl.key.encode(),
         str(package_version(dsl.distribution)).encode(),
+        guides_digest(dsl.key).encode(),
         str(budget_s).encode(),
         str(max_submissions).encode(),
         (source_skill or "").encode(),
@@ -233,6 +248,8 @@ def build_task(
     submit.chmod(0o755)
     (env_dir / "Dockerfile").write_text(dockerfile(info))
     docs_summary = build_docs(info, env_dir / ins.DOCS_DIR)
+    docs_summary["guides"] = copy_guides(info.key, env_dir / ins.DOCS_DIR / "guides")
+    _index_guides(env_dir / ins.DOCS_DIR / "README.md", docs_summary["guides"])
 
     test_sh = tests_dir / "test.sh"
     test_sh.write_text(TEST_SH.format(workdir=ins.WORKDIR, solution=ins.SOLUTION_FILE))

@@ -89,7 +89,8 @@ current `{workdir}/{solution_file}` and `{workdir}/{skill_file}` are collected a
 implementation is graded once more; that final evaluation is your result.
 
 There is no GPU and no network in this sandbox. Offline {dsl_name} documentation is in
-`{workdir}/{docs_dir}/`.
+`{workdir}/{docs_dir}/` (an API reference generated from the installed package and, where the
+build had them, the DSL's own guide pages under `guides/`).
 
 ## Suggested workflow
 
