@@ -33,6 +33,7 @@ class ProgressDisplay:
         self.states: Counter[str] = Counter()
         self.graded = 0
         self.queue = 0
+        self.waiting = 0  # gradings waiting for one of the engine's grading slots
         self.last_line = ""
         self.fleet = ""
         self._live: Any = None
@@ -53,6 +54,7 @@ class ProgressDisplay:
             self.states["running"] -= 1
         elif kind == "grading_started":
             self.queue += 1
+            self.waiting = int(event.data.get("waiting", 0))
         elif kind == "fleet_status":
             self.fleet = (f"{event.data.get('busy', 0)}/{event.data.get('slots', 0)} busy, "
                           f"{event.data.get('queued', 0)} queued on "
@@ -72,7 +74,7 @@ class ProgressDisplay:
         states = "  ".join(f"{k}: {v}" for k, v in sorted(self.states.items()) if v)
         table.add_row("attempts", states or "-")
         table.add_row("submissions graded", str(self.graded))
-        table.add_row("grading in flight", str(self.queue))
+        table.add_row("grading in flight", f"{self.queue} ({self.waiting} waiting for a slot)")
         if self.fleet:
             table.add_row("grading fleet", self.fleet)
         if self.last_line:

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.events import EventBus
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
+from engine.grading_gate import GradingGate
 from storage import writes
 from storage.store import Store
 
@@ -135,8 +136,10 @@ class RecordingBackend:
         attempt_id: int,
         try_number: int,
         max_tries: int = 3,
+        gate: GradingGate | None = None,
     ) -> None:
         self.inner = inner
+        self.gate = gate or GradingGate(1 << 30)  # no limit unless the engine shares one
         self.store = store
         self.bus = bus
         self.experiment_id = experiment_id
@@ -170,9 +173,10 @@ class RecordingBackend:
         for _ in range(self.max_tries):
             job_id = await self.store.write(writes.start_grading_job, submission_id, self.name)
             self.bus.emit("grading_started", self.experiment_id, self.attempt_id, n=n,
-                          purpose=purpose)
+                          purpose=purpose, waiting=self.gate.waiting)
             try:
-                feedback = await self.inner.grade(request)
+                async with self.gate.slot(purpose):
+                    feedback = await self.inner.grade(request)
             except Exception as exc:  # noqa: BLE001 - a broken backend is a transient failure
                 feedback = Feedback(
                     verdict="error", reason="crash", message=f"{type(exc).__name__}: {exc}"

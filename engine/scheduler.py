@@ -23,6 +23,7 @@ from engine.analysis.paired import ArmResult, rho, verdict
 from engine.config import ExperimentConfig, ModelConfig
 from engine.events import EventBus
 from engine.grading.api import Feedback, GradingBackend
+from engine.grading_gate import GradingGate
 from engine.plan import ComparisonSpec, Plan, PlanNode, build_plan
 from engine.recording import RecordingBackend, StoreObserver
 from storage import queries, writes
@@ -148,6 +149,7 @@ class Engine:
         self._paused = asyncio.Event()
         self._paused.set()
         self._stopping = False
+        self.gate = GradingGate(config.concurrency.grading_slots)
 
     # -- controls ------------------------------------------------------------------------------
     def pause(self) -> None:
@@ -384,6 +386,7 @@ class Engine:
         backend = RecordingBackend(
             self.backend, self.store, self.bus, experiment_id=experiment_id,
             attempt_id=attempt_id, try_number=try_number, max_tries=self._grading_tries(),
+            gate=self.gate,
         )
         job = AttemptJob(
             attempt_id=attempt_id,

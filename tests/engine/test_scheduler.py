@@ -305,3 +305,33 @@ async def test_runner_that_retries_gradings_gets_one_try_per_call(db_path: Path)
     # same submission row
     assert len(jobs) == 8 and all(states == "error,done" for _, states in jobs)
     assert runner.calls == 16
+
+
+@dataclass
+class PeakBackend:
+    """A slow grader that records how many gradings it holds at once."""
+
+    inner: SimulatedBackend = field(default_factory=lambda: SimulatedBackend(delay_s=0.01))
+    name: str = "peak"
+    holding: int = 0
+    peak: int = 0
+
+    async def grade(self, request: GradeRequest) -> Feedback:
+        self.holding += 1
+        self.peak = max(self.peak, self.holding)
+        try:
+            return await self.inner.grade(request)
+        finally:
+            self.holding -= 1
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+async def test_grading_slots_bound_gradings_in_flight(db_path: Path, slots: int) -> None:
+    config = parse_config(CONFIG + f"grading_slots = {slots}\n")
+    backend = PeakBackend()
+    with Store(db_path) as store:
+        await Engine(store, config, SimulatedRunner(submissions=3), backend).run()
+    assert backend.peak == slots  # three sandboxes would otherwise grade three at once
