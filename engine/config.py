@@ -22,8 +22,9 @@ model_info = { max_input_tokens = 128000, max_output_tokens = 16384 }
 
 [concurrency]
 sandboxes = 4                     # attempts running at once
-attempts_per_model = 2            # bounds concurrent LLM traffic per model
-grading_slots = 1                 # evaluations at once (one per GPU)
+attempts_per_model = 2            # attempts of one model running at once
+grading_slots = 1                 # evaluations at once (one per GPU); feedback before finals
+# llm_calls_per_model = 1         # model calls in flight per model (default: no extra limit)
 
 [retry]
 rerun_failed = true               # rerun attempts that ended in an infrastructure failure
@@ -97,6 +98,7 @@ class Concurrency:
     sandboxes: int = 4
     attempts_per_model: int = 2
     grading_slots: int = 1
+    llm_calls_per_model: int | None = None  # None: one call per running attempt at most
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,8 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
 
     conc = data.get("concurrency", {})
     _expect(isinstance(conc, dict), f"{path} [concurrency]", "must be a table")
-    unknown = set(conc) - {"sandboxes", "attempts_per_model", "grading_slots"}
+    unknown = set(conc) - {"sandboxes", "attempts_per_model", "grading_slots",
+                           "llm_calls_per_model"}
     _expect(not unknown, f"{path} [concurrency]", f"unknown keys {sorted(unknown)}")
     concurrency = Concurrency(
         sandboxes=_positive_int(conc.get("sandboxes", 4), f"{path} [concurrency].sandboxes"),
@@ -267,6 +270,9 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
         ),
         grading_slots=_positive_int(
             conc.get("grading_slots", 1), f"{path} [concurrency].grading_slots"
+        ),
+        llm_calls_per_model=None if conc.get("llm_calls_per_model") is None else _positive_int(
+            conc["llm_calls_per_model"], f"{path} [concurrency].llm_calls_per_model"
         ),
     )
     retry = data.get("retry", {})

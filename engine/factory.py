@@ -49,7 +49,11 @@ class Terminus2Runner:
     retries_grading = True  # its mailbox retries failed gradings (up to max_tries)
 
     def __init__(self, config: ExperimentConfig) -> None:
+        from engine.attempts.agent import set_llm_limit
+
         self.config = config
+        for model in config.models:
+            set_llm_limit(model.name, config.concurrency.llm_calls_per_model)
 
     async def __call__(
         self, job: AttemptJob, backend: GradingBackend, observer: Any
@@ -61,6 +65,8 @@ class Terminus2Runner:
         extra: dict[str, Any] = {}
         if job.model.scenario:
             extra["scenario"] = job.model.scenario
+        if self.config.concurrency.llm_calls_per_model is not None:
+            extra["llm_limit"] = job.model.name  # the agent's per-model call limit
         spec = AttemptSpec(
             attempt_id=str(job.attempt_id),
             problem_id=node.problem_id,

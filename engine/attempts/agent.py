@@ -2,11 +2,15 @@
 
 Harbor builds agents from an import path and JSON-able kwargs, so the live observer is found
 through a process-wide registry: :func:`register_channel` maps a channel name (the attempt's
-try id) to an async sink, and the agent's ``channel`` kwarg names it.
+try id) to an async sink, and the agent's ``channel`` kwarg names it. Likewise
+:func:`set_llm_limit` bounds the model calls in flight per key (the engine uses the model
+name), and the agent's ``llm_limit`` kwarg names the key: attempts of one model then share
+that many concurrent calls while their other turns (commands, feedback waits) overlap.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +19,7 @@ from pydantic import Field
 
 StepSink = Callable[[dict[str, Any]], Awaitable[None]]
 _CHANNELS: dict[str, StepSink] = {}
+_LLM_LIMITS: dict[str, asyncio.Semaphore] = {}
 
 
 def register_channel(name: str, sink: StepSink) -> None:
@@ -26,8 +31,22 @@ def unregister_channel(name: str) -> None:
     _CHANNELS.pop(name, None)
 
 
+def set_llm_limit(key: str, calls: int | None) -> None:
+    """Allow ``calls`` model calls in flight for agents created with ``llm_limit=key``
+    (``None`` removes the limit)."""
+    if calls is None:
+        _LLM_LIMITS.pop(key, None)
+    elif calls < 1:
+        raise ValueError("an LLM call limit must be at least 1")
+    else:
+        _LLM_LIMITS[key] = asyncio.Semaphore(calls)
+
+
 class ObservedTerminus2Options(Terminus2Options):
     channel: str | None = Field(default=None, description="Step sink registered in-process.")
+    llm_limit: str | None = Field(
+        default=None, description="Key of a per-model limit on model calls in flight."
+    )
     record_terminal_session: bool = Field(
         default=False, description="Asciinema capture (off: it would install tools on hosts)."
     )
@@ -38,10 +57,13 @@ class ObservedTerminus2(Terminus2):
 
     options_model = ObservedTerminus2Options
 
-    def __init__(self, *args: Any, channel: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, channel: str | None = None, llm_limit: str | None = None, **kwargs: Any
+    ) -> None:
         kwargs.setdefault("record_terminal_session", False)
-        super().__init__(*args, channel=channel, **kwargs)
+        super().__init__(*args, channel=channel, llm_limit=llm_limit, **kwargs)
         self._channel = channel
+        self._llm_limit = llm_limit
         self._emitted_steps = 0
 
     @staticmethod
@@ -62,7 +84,11 @@ class ObservedTerminus2(Terminus2):
 
     async def _handle_llm_interaction(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         await self._flush_steps()
-        return await super()._handle_llm_interaction(*args, **kwargs)
+        limit = _LLM_LIMITS.get(self._llm_limit or "")
+        if limit is None:
+            return await super()._handle_llm_interaction(*args, **kwargs)
+        async with limit:
+            return await super()._handle_llm_interaction(*args, **kwargs)
 
     async def run(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         try:
