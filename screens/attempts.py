@@ -127,7 +127,7 @@ class AttemptsScreen(LiveScreen):
                     for (key, _), new, before in zip(ATTEMPT_COLUMNS, cells[r.id],
                                                      old or (None,) * len(ATTEMPT_COLUMNS)):
                         if new != before:
-                            table.update_cell(str(r.id), key, new)
+                            table.update_cell(str(r.id), key, new, update_width=True)
             else:
                 cursor = table.cursor_row
                 table.clear()
@@ -156,7 +156,7 @@ class AttemptsScreen(LiveScreen):
             if r.state in ("running", "final_eval") and r.started_at:
                 cell = attempt_cells(r, now)[6]
                 if cell != self._cells[r.id][6]:
-                    table.update_cell(str(r.id), "elapsed", cell)
+                    table.update_cell(str(r.id), "elapsed", cell, update_width=True)
                     self._cells[r.id] = (*self._cells[r.id][:6], cell, *self._cells[r.id][7:])
 
     def on_changes(self, changes: Changes) -> None:

@@ -95,6 +95,7 @@ class TransferScreen(Screen[None]):
         self.comparison_id = comparison_id
         self.view: TransferView | None = None
         self.show_diff = True
+        self.renders = 0
 
     def compose(self) -> ComposeResult:
         yield AppBar()
@@ -128,6 +129,8 @@ class TransferScreen(Screen[None]):
             self.query_one("#transfer-title", Static).update(
                 Text(f"comparison {self.comparison_id} not found", style="red"))
             return
+        if view == self.view:
+            return  # an unrelated change: keep the screen (and the table's widths) as it is
         self.view = view
         self.render_view()
 
@@ -135,6 +138,7 @@ class TransferScreen(Screen[None]):
         view = self.view
         if view is None:
             return
+        self.renders += 1
         c = view.comparison
         title = Text(f"comparison {c.id} · {c.model} · {c.problem_id} ({c.family}) · "
                      f"{c.direction} · r{c.replicate}"

@@ -92,3 +92,33 @@ async def test_a_hidden_screen_reloads_once_when_shown_again(make_app, seeded_db
         await pilot.press("1")
         await wait_until(pilot, lambda: screen.total == 20)
         assert screen.loads == loads + 1 and not screen._dirty
+
+
+async def test_a_column_grows_when_a_patched_cell_is_wider(make_app, tmp_path: Path) -> None:
+    from storage.db import open_db
+
+    path = tmp_path / "narrow.sqlite"
+    db = open_db(path)
+    with db.atomic():
+        writes.create_experiment(db, seed.EXPERIMENT, "narrow", config_toml=seed.CONFIG,
+                                 preview=True, grading_backend="simulated")
+        aid = writes.ensure_attempt(db, seed.EXPERIMENT, "m|p28|r1|solo_cute", model="m",
+                                    problem_id="p28", dsl="cute", arm="solo_cute", replicate=1)
+        writes.update_attempt(db, aid, "attempt_started", state="running",
+                              started_at="2026-01-01T11:50:00+00:00")
+    db.close()
+    app = make_app(db_path=path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 1)
+        table = screen.query_one(DataTable)
+        state = table.columns[next(k for k in table.columns if k.value == "state")]
+        assert state.content_width < len("finished:preview")  # sized for "running"
+        other = Store(path)
+        try:
+            other.write_sync(writes.update_attempt, aid, "attempt_finished", state="finished",
+                             outcome="preview", ended_at="2026-01-01T11:55:00+00:00")
+        finally:
+            other.close()
+        await wait_until(pilot, lambda: screen.rows and screen.rows[0].state == "finished")
+        assert state.content_width >= len("finished:preview")

@@ -95,10 +95,15 @@ def test_transfer_inspector(snap_compare, app) -> None:  # type: ignore[no-untyp
         await wait_until(pilot, lambda: isinstance(app.screen, TransferScreen)
                          and app.screen.view is not None)
         table = app.screen.query_one("#labels-table", DataTable)
-        # column widths are measured on idle: wait until every column fits its widest cell
-        await wait_until(pilot, lambda: table.row_count == len(app.screen.view.labels) > 0
-                         and all(column.content_width >= _widest(table, key)
-                                 for key, column in table.columns.items()))
+
+        def measured() -> bool:  # column widths are measured on idle
+            return table.row_count == len(app.screen.view.labels) > 0 and all(
+                column.content_width >= _widest(table, key)
+                for key, column in table.columns.items())
+
+        await wait_until(pilot, measured)
+        await pilot.pause(0.3)  # let any late refresh land, then measure again
+        await wait_until(pilot, measured)
 
     assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 

@@ -46,6 +46,9 @@ async def test_inspector_shows_and_labels(make_app, seeded_db: Path) -> None:
         treatment = screen.query_one("#treatment-skill", Static).content
         # lines that differ from the source skill are highlighted, equal ones are not
         assert any(s.style == "green" for s in treatment.spans)
+        renders = screen.renders
+        await screen.load().wait()  # a reload that finds nothing new leaves the screen alone
+        assert screen.renders == renders
         await pilot.press("l")
         await wait_until(pilot, lambda: isinstance(app.screen, LabelDialog))
         app.screen.query_one("#label-evidence", Input).value = "ran out of [budget]"
