@@ -206,6 +206,8 @@ def submission_renderable(sub: SubmissionRow) -> Group:
         extras.append(f"DSL launches/call {fb['dsl_launches_per_call']:g}")
     if fb.get("bypass"):
         extras.append(f"bypass {fb['bypass']}")
+    if fb.get("kernel_audit"):
+        extras.append(f"kernel audit {fb['kernel_audit'].get('status')}")
     if fb.get("device"):
         extras.append(f"device {fb['device']}")
     if extras:

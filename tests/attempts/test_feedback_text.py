@@ -40,3 +40,11 @@ def test_pass_and_preview_report_times_and_exit_status() -> None:
     assert "never a scored pass" in format_feedback(preview, 1, 10) and agent_ok(preview)
     assert not agent_ok(Feedback(verdict="preview", reason="correctness.tolerance"))
     assert not agent_ok(Feedback(verdict="error", reason="infra.timeout"))
+
+
+def test_gpu_checks_are_reported() -> None:
+    feedback = Feedback(verdict="pass", dsl_launches_per_call=2.0, bypass="outputs_failed",
+                        kernel_audit={"status": "confirmed"}, speedup=1.5)
+    lines = format_feedback(feedback, 1, 10).splitlines()
+    assert "DSL launches per call: 2" in lines and "bypass test: outputs_failed" in lines
+    assert "kernel audit (profiler): confirmed" in lines

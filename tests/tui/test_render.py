@@ -71,7 +71,8 @@ def test_submission_feedback_shows_error_against_allowance() -> None:
                      "outputs": [{"index": 0, "name": "out", "kind": "float", "passed": False,
                                   "max_error": 0.25, "allowance": 0.001,
                                   "reference_error": 0.0003, "detail": ""}]}],
-          "timings_s": {"import": 2.0}}
+          "timings_s": {"import": 2.0}, "bypass": "outputs_failed",
+          "kernel_audit": {"status": "confirmed", "dsl_kernel_runs": 1}}
     sub = SubmissionRow(id=1, attempt_id=1, try_number=1, purpose="submission", n=2, source="",
                         source_hash="", state="done", verdict="fail",
                         reason="correctness.tolerance", speedup=None, impl_median_ms=None,
@@ -83,6 +84,7 @@ def test_submission_feedback_shows_error_against_allowance() -> None:
     assert "reason: correctness.tolerance" in out
     assert "rule rule.other_language: triton [x] (line 3)" in out
     assert "import: ok" in out and "import 2.0s" in out
+    assert "bypass outputs_failed" in out and "kernel audit confirmed" in out
 
 
 def test_diff_marks_changed_lines_only() -> None:
