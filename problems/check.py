@@ -37,6 +37,7 @@ is reported as not applicable.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -597,7 +598,7 @@ class MutantTally:
             self._must_pass("reordered", d, run_reordered)
         for i in float_idx:
             self._must_fail(
-                f"zeros[{names[i]}]", d, lambda i=i: mutants.zeroed(d.v, i), discrete_only
+                f"zeros[{names[i]}]", d, functools.partial(mutants.zeroed, d.v, i), discrete_only
             )
         self._must_fail("echoed_input", d, lambda: mutants.echoed_input(d.v, inputs), discrete_only)
 
@@ -816,8 +817,8 @@ def select(keys: Sequence[str] = (), family: str | None = None) -> Selection:
     except ProblemFormatError as exc:  # duplicate ids or slugs
         raise KeyError(str(exc)) from exc
     if not name_keys:
-        chosen = catalog.select(None, family)
-        return Selection(loaded + chosen, errors + [_error_report(p, m) for p, m in broken])
+        whole = catalog.select(None, family)
+        return Selection(loaded + whole, errors + [_error_report(p, m) for p, m in broken])
 
     chosen: list[Problem] = []
     for key in name_keys:

@@ -12,6 +12,7 @@ upstream computes this in 32-token query blocks against 160-token key windows.""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ NOTES = (
     "zeros. The reference works on 32-token blocks against 159 keys (the 160th upstream window "
     "column is never allowed)."
 )
-WORKLOAD = {"batch": 64, "seq_len": 1721, "hidden": 512, "head_dim": 64, "timescales": 256,
+WORKLOAD: dict[str, Any] = {"batch": 64, "seq_len": 1721, "hidden": 512, "head_dim": 64, "timescales": 256,
             "chunk": 32, "max_backward": 127, "soft_cap": 50.0}
 SMOKE = {"batch": 2, "seq_len": 200, "hidden": 32, "head_dim": 16, "timescales": 16,
          "chunk": 32, "max_backward": 127, "soft_cap": 50.0}

@@ -15,6 +15,7 @@ projection with bias; the result is hidden_states + gate · attention output, [B
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ NOTES = (
     "three rotary position indices; weights are scaled by 1/sqrt(fan_in) and biases drawn as "
     "0.1·N(0,1) instead of zeros. Only the first three modulation chunks are used, as upstream."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "batch": 4, "seq_len": 1024, "text_len": 256, "hidden": 3072, "joint_dim": 4096,
     "heads": 24, "grid": (4, 16, 16), "axis_positions": (16, 56, 56), "rope_theta": 10000.0,
     "eps": 1e-5,

@@ -13,6 +13,8 @@ the int64 slot mappings [3, max_tokens]; everything compares exactly."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import generator, rand, randint, randperm
@@ -33,7 +35,7 @@ NOTES = (
     "group; initial per-request block counts are drawn in [0, 8] so appends start mid-row. "
     "Request lengths, positions and the batch order are re-drawn per seed."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "requests": 64, "max_tokens": 4096, "table_widths": (512, 1024, 512),
     "block_sizes": (16, 32, 8), "kernel_block_sizes": (16, 16, 8), "stage_capacity": 4,
     "id_pool": 2048, "initial_count_max": 8,

@@ -12,6 +12,7 @@ W = T·(β k ⊙ exp(G)), then carries the state across chunks. Output: [B, S, 1
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ NOTES = (
     "gated delta rule (checked against the per-token recurrence in reordered). g ~ U(-0.05, 0) "
     "and beta = sigmoid(N(0,1)) per seed, as in the public MetaKernelBench recipe."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "batch": 64,
     "seq_len": 128,
     "k_heads": 4,

@@ -12,6 +12,8 @@ by norm_weight and by silu(gate); output = that · out_proj_weightᵀ ([B, S, 81
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -33,7 +35,7 @@ NOTES = (
     "A_log ~ U(-5, 0), norm weight 1 + 0.1·N. Intermediate roundings of upstream (y and the "
     "normalised y cast to bfloat16) are not reproduced; everything stays in the compute dtype."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "batch": 4,
     "seq_len": 2048,
     "hidden": 8192,

@@ -11,6 +11,7 @@ change from draw to draw; the total number of patches does not."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ NOTES = (
     "GEMMs at the input dtype; no-ops on the float64 anchor). LayerNorm weight/bias drawn as "
     "1 + 0.1·N and 0.1·N, linear weights as N(0, 1/fan_in), biases as 0.1·N."
 )
-WORKLOAD = {"num_patches": 65536, "num_grids": 4, "pair_rows": 64, "hidden": 1536,
+WORKLOAD: dict[str, Any] = {"num_patches": 65536, "num_grids": 4, "pair_rows": 64, "hidden": 1536,
             "out_hidden": 3584, "merge": 2, "eps": 1e-6}
 SMOKE = {"num_patches": 256, "num_grids": 4, "pair_rows": 4, "hidden": 16, "out_hidden": 24,
          "merge": 2, "eps": 1e-6}

@@ -6,6 +6,8 @@ the input's shape and dtype."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randn
@@ -21,7 +23,7 @@ NOTES = (
     "Inputs get a per-channel offset and scale so group means are non-zero (as in real UNet "
     "activations); affine weight ≈ 1 + 0.1·N and bias 0.1·N instead of ones/zeros."
 )
-WORKLOAD = {"batch": 2, "channels": 640, "height": 211, "width": 53, "groups": 32, "eps": 1e-5}
+WORKLOAD: dict[str, Any] = {"batch": 2, "channels": 640, "height": 211, "width": 53, "groups": 32, "eps": 1e-5}
 SMOKE = {"batch": 2, "channels": 64, "height": 11, "width": 7, "groups": 32, "eps": 1e-5}
 INPUTS = ("x", "weight", "bias")
 OUTPUTS = ("output",)

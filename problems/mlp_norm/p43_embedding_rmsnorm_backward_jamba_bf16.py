@@ -10,6 +10,8 @@ is passed as a Python int. Both outputs are bfloat16, accumulated in float32 or 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randint, randn
@@ -30,7 +32,7 @@ NOTES = (
     "rows accumulate many tokens; the rest are uniform over the vocabulary. The norm weight is "
     "drawn as 1 + 0.1·N(0, 1)."
 )
-WORKLOAD = {"batch": 32, "seq": 1024, "hidden": 4096, "vocab": 65536, "frequent": 64,
+WORKLOAD: dict[str, Any] = {"batch": 32, "seq": 1024, "hidden": 4096, "vocab": 65536, "frequent": 64,
             "eps": 1e-6}
 SMOKE = {"batch": 2, "seq": 64, "hidden": 256, "vocab": 512, "frequent": 64, "eps": 1e-6}
 INPUTS = ("grad_output", "input_ids", "hidden_states_fp32", "rstd", "norm_weight", "vocab_size")
@@ -39,7 +41,7 @@ INPLACE: dict[str, str] = {}
 DECISION_MARGIN = None
 
 
-def make_inputs(seed: int, device: str, w: Workload) -> list[torch.Tensor]:
+def make_inputs(seed: int, device: str, w: Workload) -> list[Any]:
     g = generator(seed, device)
     dy = randn(g, (w.batch, w.seq, w.hidden), torch.bfloat16, device)
     ids = randint(g, 0, w.vocab, (w.batch, w.seq), device)

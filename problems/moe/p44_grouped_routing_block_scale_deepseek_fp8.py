@@ -15,6 +15,8 @@ routed to no local expert)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, rand, randn
@@ -37,7 +39,7 @@ NOTES = (
     "Rows whose group or expert selection is within DECISION_MARGIN of a tie are redrawn. "
     "FP8 values are standard normal; block scales are drawn so activations stay O(1)."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "tokens": 14107,
     "global_experts": 256,
     "local_experts": 32,

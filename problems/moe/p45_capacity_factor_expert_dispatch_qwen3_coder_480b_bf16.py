@@ -11,6 +11,8 @@ assignment was dropped get zeros."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, rand, randn
@@ -30,7 +32,7 @@ NOTES = (
     "popularity-skewed logits (popularity std 0.5) so that the capacity cutoff drops "
     "assignments in every draw; routing weights are a softmax over the 8 slots."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "tokens": 8192,
     "hidden": 6144,
     "intermediate": 2560,
@@ -94,7 +96,7 @@ def _capacity(tokens: int, k: int, experts: int) -> int:
     return max(int(tokens * k / experts * WORKLOAD["capacity_factor"]), 1)
 
 
-def _forward(hidden, selected, weights, gate, up, down, use_capacity: bool = True):
+def _forward(hidden, selected, weights, gate, up, down, *, use_capacity: bool = True):
     dt = compute_dtype(hidden, weights, gate, up, down)
     tokens, h = hidden.shape
     experts = gate.shape[0]

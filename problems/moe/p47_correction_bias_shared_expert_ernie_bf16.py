@@ -12,6 +12,8 @@ expert_down_proj [64, 8192, 3584]; the shared expert (shared_gate_proj / shared_
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randn
@@ -32,7 +34,7 @@ NOTES = (
     "the selection. Token rows whose 8th/9th biased scores are within DECISION_MARGIN are "
     "redrawn. Routing weights are kept in the compute dtype (upstream rounds them to bfloat16)."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "batch": 64,
     "seq_len": 128,
     "hidden": 8192,

@@ -10,6 +10,8 @@ scores + 1e-20), times routed_scaling_factor (2.5)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randn
@@ -31,7 +33,7 @@ NOTES = (
     "Token rows whose 4th/5th group scores, or any two consecutive of the 9 best kept biased "
     "scores, are within DECISION_MARGIN are redrawn, fixing both the selection and its order."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "tokens": 16384,
     "gating_dim": 4096,
     "experts": 256,

@@ -20,6 +20,8 @@ import torch
 from problems.common import FP8_E4M3_MAX
 
 BLOCK = 16
+# A quantized tensor as the problems pass it: (packed e2m1 pairs, block scales, global scale).
+Quantized = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 E2M1_MAX = 6.0
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 #: Rounding boundaries between consecutive magnitudes (midpoints of E2M1_MAGNITUDES).

@@ -12,6 +12,8 @@ E4M3 ties."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randn
@@ -35,7 +37,7 @@ NOTES = (
     "before the norm; here the norm runs on float32 (anchor: float64) projections. Outputs are "
     "returned contiguous. Biases std 0.1; norm weights 1 + 0.1·N(0, 1)."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "batch": 64, "seq_len": 256, "hidden": 7680, "q_heads": 60, "kv_heads": 8, "head_dim": 128,
     "group": 128, "rms_norm_eps": 1e-5,
 }

@@ -12,6 +12,8 @@ both bfloat16. The generator keeps both quantizations' rounding decisions away f
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randn
@@ -39,7 +41,7 @@ NOTES = (
     "Weights N(0, 1/fan_in); layernorm weight 1 + 0.1·N(0, 1). kv_b has 128 × (128 + 128) = "
     "32,768 rows, as upstream's axis expression gives (its prose says 24,576)."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "batch": 64, "seq_len": 256, "hidden": 7168, "kv_lora_rank": 512, "rope_dim": 64,
     "kv_a_rows": 640, "heads": 128, "head_out": 256, "group": 128, "rms_norm_eps": 1e-6,
 }

@@ -12,6 +12,8 @@ returns bfloat16 [B, S, 8192]."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randint, randn
@@ -35,7 +37,7 @@ NOTES = (
     "draws cos/sin as N(0, 1) noise; here they are real rotary tables (base 500000) at "
     "positions offset + 0..S−1 with a random offset per sequence."
 )
-WORKLOAD = {
+WORKLOAD: dict[str, Any] = {
     "batch": 2, "seq_len": 4096, "hidden": 8192, "q_heads": 64, "kv_heads": 8, "head_dim": 128,
     "rope_base": 500000.0, "max_offset": 4096,
 }
@@ -68,7 +70,7 @@ def make_inputs(seed: int, device: str, w: Workload) -> list[torch.Tensor]:
     x = randn(g, (w.batch, w.seq_len, w.hidden), torch.bfloat16, device)
     cos, sin = _rope_tables(g, w, device)
     q_out, kv_out = w.q_heads * w.head_dim, w.kv_heads * w.head_dim
-    weights = []
+    weights: list[torch.Tensor] = []
     for n, k in ((q_out, w.hidden), (kv_out, w.hidden), (kv_out, w.hidden), (w.hidden, q_out)):
         weights.extend(_fp4.quantize(randn(g, (n, k), torch.float32, device, std=k**-0.5)))
     return [x, cos, sin, *weights]
@@ -86,7 +88,8 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def _block(hidden_states, cos, sin, projections, causal: bool = True, global_last=False):
+def _block(hidden_states, cos, sin, projections: list[_fp4.Quantized], causal: bool = True,
+           global_last=False):
     dt = compute_dtype(hidden_states, cos, sin, *(p[2] for p in projections))
     batch, seq_len, _ = hidden_states.shape
     head_dim = cos.shape[-1]

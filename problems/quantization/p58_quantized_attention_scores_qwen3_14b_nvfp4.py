@@ -10,6 +10,8 @@ probabilities attn_weights P [B, 40, S, S], both bfloat16."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from problems.common import compute_dtype, generator, randn
@@ -34,7 +36,7 @@ NOTES = (
     "are float32 [1] tensors so the float64 anchor promotes them. The mask is causal, built as "
     "Hugging Face does (finfo(bfloat16).min above the diagonal)."
 )
-WORKLOAD = {"batch": 8, "seq_len": 1024, "q_heads": 40, "kv_heads": 8, "head_dim": 128}
+WORKLOAD: dict[str, Any] = {"batch": 8, "seq_len": 1024, "q_heads": 40, "kv_heads": 8, "head_dim": 128}
 SMOKE = {"batch": 2, "seq_len": 32, "q_heads": 10, "kv_heads": 2, "head_dim": 32}
 INPUTS = (
     "query_fp4", "query_scale", "query_global_scale", "key_fp4", "key_scale",
@@ -47,7 +49,7 @@ DECISION_MARGIN = None
 
 def make_inputs(seed: int, device: str, w: Workload) -> list[torch.Tensor]:
     g = generator(seed, device)
-    tensors = []
+    tensors: list[torch.Tensor] = []
     for heads in (w.q_heads, w.kv_heads, w.kv_heads):
         x = randn(g, (w.batch, heads, w.seq_len, w.head_dim), torch.float32, device)
         tensors.extend(_fp4.quantize(x))
@@ -57,8 +59,8 @@ def make_inputs(seed: int, device: str, w: Workload) -> list[torch.Tensor]:
     return [*tensors, mask]
 
 
-def _attention(query, key, value, attention_mask, use_mask: bool = True,
-               global_last: bool = False):
+def _attention(query: _fp4.Quantized, key: _fp4.Quantized, value: _fp4.Quantized,
+               attention_mask, use_mask: bool = True, global_last: bool = False):
     dt = compute_dtype(query[2], key[2], value[2], attention_mask)
     one = torch.ones(1, dtype=dt, device=attention_mask.device)
     if global_last:

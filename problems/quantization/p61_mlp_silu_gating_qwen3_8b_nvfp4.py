@@ -8,6 +8,8 @@ float32, keep the gated intermediate in float32, return bfloat16 [B, S, 4096].""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -31,7 +33,7 @@ NOTES = (
     "float32 [1] tensors (upstream: Python floats) so the float64 anchor promotes them. "
     "Weights drawn N(0, 0.02²) as upstream."
 )
-WORKLOAD = {"batch": 8, "seq_len": 2048, "hidden": 4096, "intermediate": 12288}
+WORKLOAD: dict[str, Any] = {"batch": 8, "seq_len": 2048, "hidden": 4096, "intermediate": 12288}
 SMOKE = {"batch": 2, "seq_len": 8, "hidden": 256, "intermediate": 384}
 INPUTS = (
     "x", "gate_weight_fp4", "gate_scale", "gate_global_decode_scale", "up_weight_fp4",
@@ -47,7 +49,7 @@ def make_inputs(seed: int, device: str, w: Workload) -> list[torch.Tensor]:
     g = generator(seed, device)
     x = randn(g, (w.batch, w.seq_len, w.hidden), torch.bfloat16, device)
     shapes = ((w.intermediate, w.hidden), (w.intermediate, w.hidden), (w.hidden, w.intermediate))
-    weights = []
+    weights: list[torch.Tensor] = []
     for n, k in shapes:
         weights.extend(_fp4.quantize(randn(g, (1, n, k), torch.float32, device, std=0.02)))
     return [x, *weights]
@@ -60,7 +62,8 @@ def _linear(x, packed, scales, global_scale, dt, global_last: bool = False):
     return x @ _fp4.dequantize(packed[0], scales[0], global_scale, dt).t()
 
 
-def _mlp(x, gate, up, down, activate: bool = True, global_last: bool = False):
+def _mlp(x, gate: _fp4.Quantized, up: _fp4.Quantized, down: _fp4.Quantized,
+         activate: bool = True, global_last: bool = False):
     dt = compute_dtype(x, gate[2], up[2], down[2])
     xd = x.to(dt)
     g = _linear(xd, *gate, dt, global_last)

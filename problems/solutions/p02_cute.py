@@ -12,6 +12,7 @@ into the output and the base-2 log-sum-exp.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import cutlass
 import cutlass.cute as cute
@@ -99,7 +100,7 @@ def _decode_partial(
     )
 
 
-_CACHE: dict[tuple[int, ...], object] = {}
+_CACHE: dict[tuple[int, ...], Any] = {}
 
 
 def solve(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale: float):

@@ -12,6 +12,7 @@ output and the base-2 log-sum-exp.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import tvm
@@ -104,11 +105,11 @@ def _target() -> dict[str, str]:
     return {"kind": "cuda", "arch": "sm_90a"}
 
 
-_EXE: list[object] = []
-_FN: list[object] = []
+_EXE: list[Any] = []
+_FN: list[Any] = []
 
 
-def _kernel() -> object:
+def _kernel() -> Any:
     """The device function, built once (NVRTC compiles it at its first call)."""
     if not _FN:
         exe = tvm.compile(

@@ -8,6 +8,8 @@ loads and stores. The destination caches are written in place and returned.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 import torch
@@ -66,7 +68,7 @@ def _as_words(cache: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return cache.view(cache.shape[0], -1).view(dtype)
 
 
-_CACHE: dict[tuple[object, ...], object] = {}
+_CACHE: dict[tuple[object, ...], Any] = {}
 
 
 def _compile(views: list[torch.Tensor], mapping: torch.Tensor) -> object:

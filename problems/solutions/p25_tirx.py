@@ -8,6 +8,8 @@ loads and stores. The destination caches are written in place and returned.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import tvm
 from tvm.script import tirx as T
@@ -54,10 +56,10 @@ def _target() -> dict[str, str]:
     return {"kind": "cuda", "arch": "sm_90a"}
 
 
-_EXE: list[object] = []
+_EXE: list[Any] = []
 
 
-def _compile() -> object:
+def _compile() -> Any:
     """The compiled executable (shape-generic)."""
     if not _EXE:
         _EXE.append(
@@ -70,10 +72,10 @@ def _compile() -> object:
     return _EXE[0]
 
 
-_FN: list[object] = []
+_FN: list[Any] = []
 
 
-def _kernel() -> object:
+def _kernel() -> Any:
     """The device function, fetched once (NVRTC compiles it at its first call)."""
     if not _FN:
         _FN.append(_compile()["main"])

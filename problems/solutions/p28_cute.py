@@ -9,6 +9,8 @@ of about ten kernels through fp32 temporaries.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 import torch
@@ -53,10 +55,10 @@ def _add_rmsnorm(
     _add_rmsnorm_kernel(mX, mR, mW, mY, eps).launch(grid=[ctas, 1, 1], block=[THREADS, 1, 1])
 
 
-_CACHE: dict[tuple[int, ...], object] = {}
+_CACHE: dict[tuple[int, ...], Any] = {}
 
 
-def _compile(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> object:
+def _compile(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> Any:
     """The compiled launcher for these shapes (compiled once per shape)."""
     key = (*x.shape,)
     fn = _CACHE.get(key)

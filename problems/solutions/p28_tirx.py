@@ -8,6 +8,8 @@ writes ``s * rsqrt(mean + eps) * w`` as bf16.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import tvm
 from tvm.script import tirx as T
@@ -55,11 +57,11 @@ def _target() -> dict[str, str]:
     return {"kind": "cuda", "arch": "sm_90a"}
 
 
-_EXE: list[object] = []
-_FN: list[object] = []
+_EXE: list[Any] = []
+_FN: list[Any] = []
 
 
-def _kernel() -> object:
+def _kernel() -> Any:
     """The device function, built once (NVRTC compiles it at its first call)."""
     if not _FN:
         exe = tvm.compile(

@@ -8,6 +8,8 @@ chain of fp32 temporaries.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 import torch
@@ -44,10 +46,10 @@ def _rmsnorm(mX: cute.Tensor, mW: cute.Tensor, mY: cute.Tensor, eps: cutlass.Flo
     _rmsnorm_kernel(mX, mW, mY, eps).launch(grid=[ctas, 1, 1], block=[THREADS, 1, 1])
 
 
-_CACHE: dict[tuple[int, ...], object] = {}
+_CACHE: dict[tuple[int, ...], Any] = {}
 
 
-def _compile(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> object:
+def _compile(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> Any:
     """The compiled launcher for these shapes (compiled once per shape)."""
     key = (*x.shape,)
     fn = _CACHE.get(key)

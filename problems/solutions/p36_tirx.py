@@ -7,6 +7,8 @@ loads), square and sum in fp32, reduce with a warp shuffle sum, and store
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import tvm
 from tvm.script import tirx as T
@@ -52,10 +54,10 @@ def _target() -> dict[str, str]:
     return {"kind": "cuda", "arch": "sm_90a"}
 
 
-_EXE: list[object] = []
+_EXE: list[Any] = []
 
 
-def _compile() -> object:
+def _compile() -> Any:
     """The compiled executable (shape-generic: rows and hidden are read from the tensors)."""
     if not _EXE:
         exe = tvm.compile(
@@ -67,10 +69,10 @@ def _compile() -> object:
     return _EXE[0]
 
 
-_FN: list[object] = []
+_FN: list[Any] = []
 
 
-def _kernel() -> object:
+def _kernel() -> Any:
     """The device function, fetched once (NVRTC compiles it at its first call)."""
     if not _FN:
         _FN.append(_compile()["main"])

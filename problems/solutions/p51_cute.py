@@ -13,6 +13,8 @@ fp32 GEMMs of every expert on contiguous row ranges. Three CuTe kernels do the r
 
 from __future__ import annotations
 
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 import torch
@@ -94,7 +96,7 @@ def _combine(
     )
 
 
-_CACHE: dict[tuple[object, ...], object] = {}
+_CACHE: dict[tuple[object, ...], Any] = {}
 
 
 def _launch(name: str, kernel: object, tensors: list[torch.Tensor]) -> None:

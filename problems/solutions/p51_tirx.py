@@ -14,6 +14,8 @@ rest:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import tvm
 from tvm.script import tirx as T
@@ -109,7 +111,7 @@ def _target() -> dict[str, str]:
 
 
 _EXE: list[object] = []
-_FNS: dict[str, object] = {}
+_FNS: dict[str, Any] = {}
 
 
 def _kernels() -> dict[str, object]:

@@ -14,6 +14,8 @@ kernels replace the reference's chain of quantization temporaries, not its matmu
 
 from __future__ import annotations
 
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 import torch
@@ -71,7 +73,7 @@ def _dequant_weight(mCodes: cute.Tensor, mScales: cute.Tensor, mOut: cute.Tensor
     )
 
 
-_CACHE: dict[tuple[object, ...], object] = {}
+_CACHE: dict[tuple[object, ...], Any] = {}
 
 
 def _launch(name: str, kernel: object, tensors: list[torch.Tensor]) -> None:

@@ -11,6 +11,8 @@ hits L1.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 import torch
@@ -82,7 +84,7 @@ def _gdn_decode(
     )
 
 
-_CACHE: dict[tuple[int, ...], object] = {}
+_CACHE: dict[tuple[int, ...], Any] = {}
 
 
 def solve(q, k, v, state, A_log, a, dt_bias, b, scale: float):

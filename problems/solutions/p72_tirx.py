@@ -10,6 +10,8 @@ state work in one pass: each warp owns one row ``v`` of one head's k-last state 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 import tvm
@@ -84,11 +86,11 @@ def _target() -> dict[str, str]:
     return {"kind": "cuda", "arch": "sm_90a"}
 
 
-_EXE: list[object] = []
-_FN: list[object] = []
+_EXE: list[Any] = []
+_FN: list[Any] = []
 
 
-def _kernel() -> object:
+def _kernel() -> Any:
     """The device function, built once (NVRTC compiles it at its first call)."""
     if not _FN:
         exe = tvm.compile(
