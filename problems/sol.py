@@ -36,6 +36,33 @@ H200 = Hardware(
 )
 
 
+#: NVIDIA H100 SXM dense peaks (the same tensor-core rates as the H200, less bandwidth).
+H100 = Hardware(
+    name="NVIDIA H100",
+    peaks={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12, "int": 67e12},
+    bandwidth=3.35e12,
+)
+
+#: NVIDIA B200 (HGX, 1,000 W) dense peaks: NVIDIA's sheet lists sparse tensor rates, halved here.
+B200 = Hardware(
+    name="NVIDIA B200",
+    peaks={"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "fp32": 75e12, "int": 75e12},
+    bandwidth=7.7e12,
+)
+
+#: The documented table, matched against the device name CUDA reports.
+KNOWN_HARDWARE: tuple[Hardware, ...] = (H200, H100, B200)
+
+
+def hardware_for(device_name: str) -> Hardware | None:
+    """The table entry for a CUDA device name (e.g. "NVIDIA H200"), or None when unknown."""
+    name = device_name.upper()
+    for hw in KNOWN_HARDWARE:
+        if hw.name.split()[-1] in name:
+            return hw
+    return None
+
+
 @dataclass(frozen=True)
 class SolEstimate:
     """The SOL time and its two bounds (seconds)."""

@@ -71,7 +71,7 @@ class LiftScreen(LiveScreen):
     def on_mount(self) -> None:
         columns = {
             "lift-table": ("model", "direction", "family", "N", "ΔGM", "T", "H"),
-            "solo-table": ("model", "DSL", "N", "P", "GM", "R(2)"),
+            "solo-table": ("model", "DSL", "N", "P", "GM", "R(2)", "% SOL"),
             "tiers-table": ("model", "source vs solo", "N", "ΔGM", "T", "H"),
             "tier-grid-table": ("solo tier", "source tier", "N", "ΔGM", "T", "H"),
         }
@@ -116,8 +116,10 @@ class LiftScreen(LiveScreen):
                                  r["n"], delta_text(r["delta_gm"]), pct(r["help_rate"]),
                                  pct(r["harm_rate"])), key=str(i))
         for s in report["solo"]:
+            sol = s.get("pct_sol_median")
             solo.add_row(*_cells(Text(s["model"]), Text(s["dsl"]), s["n"], pct(s["pass_rate"]),
-                                 speedup_text(s["gm"]), pct(s["r2"])))
+                                 speedup_text(s["gm"]), pct(s["r2"]),
+                                 Text("-" if sol is None else f"{sol:.1f}%")))
         for t in report["tiers"]["by_standing"]:
             tiers.add_row(*_cells(Text(t["model"]), Text(t["standing"]), t["n"],
                                   delta_text(t["delta_gm"]), pct(t["help_rate"]),

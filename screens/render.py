@@ -208,10 +208,14 @@ def submission_renderable(sub: SubmissionRow) -> Group:
         extras.append(f"bypass {fb['bypass']}")
     if fb.get("kernel_audit"):
         extras.append(f"kernel audit {fb['kernel_audit'].get('status')}")
+    if fb.get("sol_ms") and fb.get("impl_median_ms"):
+        extras.append(f"{100 * fb['sol_ms'] / fb['impl_median_ms']:.1f}% of SOL")
     if fb.get("device"):
         extras.append(f"device {fb['device']}")
     if extras:
         lines.append(Text("  " + " · ".join(extras)))
+    for flag in fb.get("flags") or []:
+        lines.append(Text(f"  flag {flag}", style="bold red"))
     timings = fb.get("timings_s") or {}
     if timings:
         lines.append(Text("  times: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())))

@@ -299,6 +299,23 @@ def pending_submissions(db: Database) -> list[SubmissionRow]:
     )
 
 
+def final_feedback(db: Database, experiment_id: str) -> dict[int, dict[str, Any]]:
+    """Each attempt's latest graded final evaluation (its feedback), by attempt id."""
+    out: dict[int, dict[str, Any]] = {}
+    for row in db.query(
+        "SELECT s.attempt_id, s.feedback_json FROM submissions s "
+        "JOIN attempts a ON a.id = s.attempt_id "
+        "WHERE a.experiment_id = ? AND s.purpose = 'final' AND s.feedback_json IS NOT NULL "
+        "ORDER BY s.try, s.n, s.id",
+        [experiment_id],
+    ):
+        try:
+            out[row["attempt_id"]] = json.loads(row["feedback_json"])
+        except (TypeError, ValueError):
+            continue  # an unreadable record adds nothing; the attempt row still counts
+    return out
+
+
 def latest_skill(db: Database, attempt_id: int) -> SkillRow | None:
     rows = _rows(
         db,

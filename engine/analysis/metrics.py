@@ -36,6 +36,15 @@ class SoloMetrics:
     pass_rate: float
     gm: float | None
     r2: float
+    pct_sol_median: float | None = None  # passing attempts with a known SOL
+
+
+def median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -51,9 +60,10 @@ def solo_metrics(rows: Iterable[Outcome]) -> list[SoloMetrics]:
     for (model, dsl), items in sorted(groups.items()):
         speeds = [s for s in (r.speedup for r in items) if s is not None]
         passing = sum(r.passed for r in items)
+        sol_shares = [p for p in (r.pct_of_sol for r in items) if p is not None]
         out.append(SoloMetrics(
             model, dsl, len(items), passing, passing / len(items), geomean(speeds),
-            sum(1 for s in speeds if s >= 2.0) / len(items),
+            sum(1 for s in speeds if s >= 2.0) / len(items), median(sol_shares),
         ))
     return out
 

@@ -8,7 +8,9 @@ One row per attempt::
 
 For a ``skill`` row, ``dsl`` is the target DSL. ``skill_blank`` is meaningful on solo rows: a
 missing or blank skill makes the reverse-direction treatment skipped. Optional keys:
-``flags`` (list of strings, for exclusion rules), ``tokens``, ``cost_usd``, ``agent_seconds``.
+``flags`` (list of strings, for exclusion rules), ``sol_ms`` (the problem's speed of light on
+the grading GPU), ``tokens``, ``cost_usd``, ``agent_seconds``. From the store, ``flags`` and
+``sol_ms`` come from each attempt's final evaluation (e.g. ``sol.faster_than_sol``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ class Outcome:
     cost_usd: float = 0.0
     agent_seconds: float = 0.0
     preview: bool = False
+    sol_ms: float | None = None
+
+    @property
+    def pct_of_sol(self) -> float | None:
+        """SOL as a share of the passing implementation's runtime, in percent."""
+        if not self.passed or not self.runtime_ms or not self.sol_ms:
+            return None
+        return 100.0 * self.sol_ms / self.runtime_ms
 
     @property
     def speedup(self) -> float | None:
@@ -112,6 +122,7 @@ def parse_row(data: Any, where: str) -> Outcome:
         ref_runtime_ms=ref,
         skill_blank=blank,
         flags=tuple(flags),
+        sol_ms=_number(data.get("sol_ms"), where, "sol_ms"),
         tokens=int(data.get("tokens") or 0),
         cost_usd=float(data.get("cost_usd") or 0.0),
         agent_seconds=float(data.get("agent_seconds") or 0.0),
@@ -157,9 +168,13 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
     if exp is None:
         raise OutcomeError(f"no experiment {experiment_id!r} in the database")
     rows: list[Outcome] = []
+    finals = queries.final_feedback(db, experiment_id)
     for a in queries.attempts_for_experiment(db, experiment_id):
         if a.variant or a.round > 1 or a.state not in ("finished", "failed"):
             continue
+        final = finals.get(a.id, {})
+        flags = final.get("flags") or []
+        sol = final.get("sol_ms")
         solo = a.arm.startswith("solo")
         skill = queries.latest_skill(db, a.id)
         blank = skill is None or not skill.text.strip()
@@ -178,6 +193,8 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
             cost_usd=a.cost_usd,
             agent_seconds=a.agent_seconds,
             preview=a.outcome == "preview",
+            flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
+            sol_ms=float(sol) if isinstance(sol, (int, float)) and sol > 0 else None,
         ))
     return OutcomeSet(rows, preview=bool(exp.preview) or any(r.preview for r in rows))
 
@@ -191,6 +208,6 @@ def to_jsonl(outcomes: OutcomeSet) -> str:
             "arm": r.arm, "replicate": r.replicate, "passed": r.passed,
             "runtime_ms": r.runtime_ms, "ref_runtime_ms": r.ref_runtime_ms,
             "skill_blank": r.skill_blank, "flags": list(r.flags), "tokens": r.tokens,
-            "cost_usd": r.cost_usd, "agent_seconds": r.agent_seconds,
+            "cost_usd": r.cost_usd, "agent_seconds": r.agent_seconds, "sol_ms": r.sol_ms,
         }))
     return "\n".join(lines) + ("\n" if lines else "")

@@ -28,13 +28,17 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
     comps = metrics.comparisons(rows)
     solo = [
         {"model": s.model, "dsl": s.dsl, "n": s.n, "pass_rate": s.pass_rate, "gm": s.gm,
-         "r2": s.r2}
+         "r2": s.r2, "pct_sol_median": s.pct_sol_median}
         for s in metrics.solo_metrics(rows)
     ]
+    flag_counts: dict[str, int] = {}
+    for r in outcomes.rows:
+        for f in r.flags:
+            flag_counts[f] = flag_counts.get(f, 0) + 1
     return {
         "preview": outcomes.preview,
         "label": "PREVIEW (CPU grading, not scored)" if outcomes.preview else "scored",
-        "exclusion": {"fail_flags": list(opts.fail_flags)},
+        "exclusion": {"fail_flags": list(opts.fail_flags), "flags_seen": flag_counts},
         "solo": solo,
         "lift": metrics.lift_table(comps),
         "tiers": {
@@ -105,11 +109,13 @@ def render_text(report: dict[str, Any]) -> str:
     lines = []
     if report["preview"]:
         lines.append("PREVIEW: computed from CPU preview verdicts, not scored results")
-    lines.append("Solo          model                          dsl    n     P      GM    R(2)")
+    lines.append("Solo          model                          dsl    n     P      GM    R(2)"
+                 "  %SOL")
     for s in report["solo"]:
         gm = f"{s['gm']:.2f}x" if s["gm"] else "-"
+        sol = "-" if s.get("pct_sol_median") is None else f"{s['pct_sol_median']:.1f}%"
         lines.append(f"              {s['model']:<30} {s['dsl']:<5} {s['n']:>3} "
-                     f"{s['pass_rate'] * 100:5.1f}% {gm:>7} {s['r2'] * 100:5.1f}%")
+                     f"{s['pass_rate'] * 100:5.1f}% {gm:>7} {s['r2'] * 100:5.1f}% {sol:>6}")
     lines.append("Lift (all)    model                          direction     N    "
                  "ΔGM      T      H")
     for r in report["lift"]:
@@ -119,6 +125,10 @@ def render_text(report: dict[str, Any]) -> str:
         h = "-" if r["harm_rate"] is None else f"{r['harm_rate'] * 100:.1f}%"
         lines.append(f"              {r['model']:<30} {r['direction']:<11} {r['n']:>3} "
                      f"{pct(r['delta_gm']):>7} {t:>6} {h:>6}")
+    seen = report["exclusion"].get("flags_seen") or {}
+    if seen:
+        lines.append("Flagged attempts (exclude with --fail-flag): " + ", ".join(
+            f"{flag} {n}" for flag, n in sorted(seen.items())))
     pooled = report["tests"]["direction_correlation"][0] if report["tests"][
         "direction_correlation"] else None
     if pooled and pooled.get("spearman") is not None:

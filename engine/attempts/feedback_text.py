@@ -12,6 +12,13 @@ VERDICT_WORDS = {
 }
 
 
+FLAG_WORDS = {
+    "sol.faster_than_sol": "faster than the speed of light, which is impossible: the result is "
+    "marked for review (a grading bug or a cheat)",
+    "kernel_audit.unconfirmed": "the profiler saw none of the DSL's compiled kernels run",
+}
+
+
 def agent_ok(feedback: Feedback) -> bool:
     """Whether ``submit`` should exit 0: a pass, or a preview whose outputs were correct."""
     return feedback.verdict == "pass" or (feedback.verdict == "preview" and not feedback.reason)
@@ -40,6 +47,12 @@ def format_feedback(feedback: Feedback, n: int, limit: int) -> str:
         lines.append(f"eager reference median: {feedback.eager_median_ms:.4f} ms")
     if feedback.speedup is not None:
         lines.append(f"speedup: {feedback.speedup:.2f}x")
+    if feedback.sol_ms is not None:
+        share = feedback.pct_of_sol
+        lines.append(f"speed of light on this GPU: {feedback.sol_ms:.4f} ms"
+                     + (f" (your median reaches {share:.1f}% of it)" if share else ""))
+    for flag in feedback.flags:
+        lines.append(f"flag: {FLAG_WORDS.get(flag, flag)}")
     if feedback.dsl_launches_per_call is not None:
         lines.append(f"DSL launches per call: {feedback.dsl_launches_per_call:g}")
     if feedback.bypass:

@@ -69,13 +69,23 @@ class Feedback:
     dsl_launches_per_call: float | None = None
     bypass: str | None = None  # "outputs_failed" (good), "still_valid" (bad), "skipped: ..."
     kernel_audit: dict[str, Any] | None = None  # profiler cross-check (kernel_audit.py)
-    sol_ms: float | None = None
+    sol_ms: float | None = None  # speed of light on the grading GPU (problems/sol.py)
+    # marks for exclusion rules: "sol.faster_than_sol" (impossible: a grading bug or a cheat),
+    # "kernel_audit.unconfirmed" (report mode); they never change the verdict
+    flags: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)  # phase → wall seconds
     log_tail: str = ""
 
     @property
     def scored_pass(self) -> bool:
         return self.verdict == "pass"
+
+    @property
+    def pct_of_sol(self) -> float | None:
+        """SOL time as a share of the implementation's median time, in percent."""
+        if not self.sol_ms or not self.impl_median_ms:
+            return None
+        return 100.0 * self.sol_ms / self.impl_median_ms
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

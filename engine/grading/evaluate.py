@@ -211,6 +211,8 @@ def feedback_from(request: GradeRequest, outcome: Outcome, device: str) -> Feedb
         dsl_launches_per_call=data.get("dsl_launches_per_call"),
         bypass=data.get("bypass") or ("skipped: no GPU" if device == "cpu" else None),
         kernel_audit=data.get("kernel_audit"),
+        sol_ms=data.get("sol_ms"),
+        flags=list(data.get("flags") or []),
         timings_s=timings,
         log_tail=outcome.log_tail,
     )

@@ -358,6 +358,25 @@ class Evaluation:
         still = self.check_outputs(out, pristine, "bypass", 0)
         return "still_valid" if still else "outputs_failed"
 
+    def flag(self, name: str) -> None:
+        """Mark the result for exclusion rules in the analysis (never changes the verdict)."""
+        flags = self.result.setdefault("flags", [])
+        if name not in flags:
+            flags.append(name)
+
+    def speed_of_light(self) -> None:
+        """The problem's SOL on this GPU (documented table); faster than SOL is impossible."""
+        from problems.sol import hardware_for, sol_estimate
+
+        hardware = hardware_for(str(self.result.get("device") or "")) if self.cuda else None
+        if hardware is None:
+            return
+        sol_ms = sol_estimate(self.problem.cost(self.scale), hardware).seconds * 1e3
+        self.result.update(sol_ms=sol_ms, sol_hardware=hardware.name)
+        impl = self.result.get("impl_median_ms")
+        if impl is not None and impl < sol_ms:
+            self.flag("sol.faster_than_sol")
+
     def audit_kernels(self, solve: Callable[..., Any]) -> None:
         """Profile one more call: the hooked launches must have run compiled DSL kernels."""
         from engine.grading.kernel_audit import cross_check, profiled_kernel_names
@@ -378,6 +397,8 @@ class Evaluation:
         )
         audit["mode"] = mode
         self.result["kernel_audit"] = audit
+        if audit["status"] == "unconfirmed":
+            self.flag("kernel_audit.unconfirmed")
         self.timed("kernel_audit", start)
         if audit["status"] == "unconfirmed" and mode == "enforce":
             raise Rejected(
@@ -466,6 +487,7 @@ class Evaluation:
             samples_ms=samples,
         )
 
+        self.speed_of_light()
         if self.counter is None:
             result["bypass"] = "skipped: no GPU"
             result["dsl_launches_per_call"] = None

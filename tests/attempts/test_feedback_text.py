@@ -48,3 +48,11 @@ def test_gpu_checks_are_reported() -> None:
     lines = format_feedback(feedback, 1, 10).splitlines()
     assert "DSL launches per call: 2" in lines and "bypass test: outputs_failed" in lines
     assert "kernel audit (profiler): confirmed" in lines
+
+
+def test_speed_of_light_and_flags_are_reported() -> None:
+    feedback = Feedback(verdict="pass", impl_median_ms=0.2, sol_ms=0.05,
+                        flags=["sol.faster_than_sol"])
+    lines = format_feedback(feedback, 1, 10).splitlines()
+    assert "speed of light on this GPU: 0.0500 ms (your median reaches 25.0% of it)" in lines
+    assert any(line.startswith("flag: faster than the speed of light") for line in lines)

@@ -111,6 +111,7 @@ def test_report_records_without_rejecting(profiler_sees) -> None:
     evaluation.audit_kernels(solve=lambda: None)
     assert evaluation.result["kernel_audit"]["status"] == "unconfirmed"
     assert evaluation.result["kernel_audit"]["mode"] == "report"
+    assert evaluation.result["flags"] == ["kernel_audit.unconfirmed"]  # for exclusion rules
 
 
 def test_enforce_passes_a_confirmed_launch_and_off_skips_the_call(profiler_sees) -> None:

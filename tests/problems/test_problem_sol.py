@@ -29,3 +29,13 @@ def test_every_math_type_has_a_peak():
 
     assert set(MATH_TYPES) <= set(H200.peaks)
     assert H200.peaks["fp8"] > H200.peaks["bf16"] > H200.peaks["fp32"]
+
+
+def test_device_names_map_to_the_documented_table() -> None:
+    from problems.sol import B200, H100, hardware_for
+
+    assert hardware_for("NVIDIA H200") is H200
+    assert hardware_for("NVIDIA H100 80GB HBM3") is H100
+    assert hardware_for("NVIDIA B200") is B200
+    assert hardware_for("NVIDIA GeForce RTX 4090") is None
+    assert hardware_for("cpu (preview)") is None

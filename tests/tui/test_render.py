@@ -72,7 +72,8 @@ def test_submission_feedback_shows_error_against_allowance() -> None:
                                   "max_error": 0.25, "allowance": 0.001,
                                   "reference_error": 0.0003, "detail": ""}]}],
           "timings_s": {"import": 2.0}, "bypass": "outputs_failed",
-          "kernel_audit": {"status": "confirmed", "dsl_kernel_runs": 1}}
+          "kernel_audit": {"status": "confirmed", "dsl_kernel_runs": 1},
+          "sol_ms": 0.05, "impl_median_ms": 0.2, "flags": ["sol.faster_than_sol"]}
     sub = SubmissionRow(id=1, attempt_id=1, try_number=1, purpose="submission", n=2, source="",
                         source_hash="", state="done", verdict="fail",
                         reason="correctness.tolerance", speedup=None, impl_median_ms=None,
@@ -85,6 +86,7 @@ def test_submission_feedback_shows_error_against_allowance() -> None:
     assert "rule rule.other_language: triton [x] (line 3)" in out
     assert "import: ok" in out and "import 2.0s" in out
     assert "bypass outputs_failed" in out and "kernel audit confirmed" in out
+    assert "25.0% of SOL" in out and "flag sol.faster_than_sol" in out
 
 
 def test_diff_marks_changed_lines_only() -> None:
