@@ -269,6 +269,13 @@ class MkbApp(App[int]):
             self.engine.stop()
             self.engine_state = "stopping"
 
+    def grading_status(self) -> str | None:
+        engine = self.engine
+        if engine is None or self.engine_state == "idle":
+            return None
+        gate = engine.gate
+        return f"grading {gate.in_flight}/{gate.slots} busy, {gate.waiting} waiting"
+
     def _on_engine_event(self, event: EngineEvent) -> None:
         self.collector.add(event.kind, event.attempt_id)
 

@@ -142,14 +142,20 @@ class AttemptsScreen(LiveScreen):
         pages = max(1, -(-self.total // PAGE_SIZE))
         page = self.page_offset // PAGE_SIZE + 1
         arrow = "↓" if self.descending else "↑"
-        exp = host(self).experiment_id or "all experiments"
+        app = host(self)
+        exp = app.experiment_id or "all experiments"
+        grading = app.grading_status()
         self.query_one("#attempt-status", Static).update(
             f"{exp} · {self.total} attempts · page {page}/{pages} · sort {self.sort} {arrow}"
             + (f" · filter {self.filter_text!r}" if self.filter_text else "")
+            + (f" · {grading}" if grading else "")
         )
 
     def tick_elapsed(self) -> None:
-        """Advance the elapsed clock of running attempts without a query."""
+        """Advance the elapsed clock of running attempts (and the grading line) without a
+        query."""
+        if host(self).grading_status() is not None:
+            self.update_status()
         now = host(self).now()
         table = self.table
         for r in self.rows:

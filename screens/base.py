@@ -95,6 +95,10 @@ class TuiHost(Protocol):
 
     def now(self) -> datetime: ...
 
+    def grading_status(self) -> str | None:
+        """The App-owned engine's grading slots ("2/4 busy, 3 waiting"), None without one."""
+        ...
+
 
 def host(node: DOMNode) -> TuiHost:
     """The running App as a :class:`TuiHost` (typed access for screens)."""

@@ -122,3 +122,23 @@ async def test_a_column_grows_when_a_patched_cell_is_wider(make_app, tmp_path: P
             other.close()
         await wait_until(pilot, lambda: screen.rows and screen.rows[0].state == "finished")
         assert state.content_width >= len("finished:preview")
+
+
+async def test_status_line_shows_the_engine_grading_slots(make_app) -> None:
+    from types import SimpleNamespace
+
+    from engine.grading_gate import GradingGate
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 17)
+        status = screen.query_one("#attempt-status")
+        assert "grading" not in str(status.content)  # no engine owned by this App
+        gate = GradingGate(2)
+        gate.in_flight = 2
+        app.engine = SimpleNamespace(gate=gate)
+        app.engine_state = "running"
+        screen.tick_elapsed()
+        assert "grading 2/2 busy, 0 waiting" in str(status.content)
+        app.engine_state = "idle"
