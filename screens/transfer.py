@@ -24,6 +24,10 @@ from screens.render import arm_summary, diff_texts, rho_text
 from screens.rubric_terms import TASKS
 from storage import queries
 
+LABEL_COLUMNS = (("task", "task"), ("subject", "subject"), ("category", "category"),
+                 ("value", "value"), ("annotator", "annotator"), ("evidence", "evidence"))
+MAX_LABEL_COLUMN = 80  # cells; longer evidence is cut in the table (the dialog shows it all)
+
 
 @dataclass(frozen=True)
 class TransferView:
@@ -114,13 +118,25 @@ class TransferScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#labels-table", DataTable)
-        for key, label in (("task", "task"), ("subject", "subject"), ("category", "category"),
-                           ("value", "value"), ("annotator", "annotator"),
-                           ("evidence", "evidence")):
-            table.add_column(label, key=key)
+        self._fill_labels([])
         host(self).changes.subscribe(self, self.on_changes)
         self.load()
+
+    def _fill_labels(self, labels: list[queries.LabelRow]) -> None:
+        """Rebuild the labels table with columns sized to their content at once (a table
+        measured later, on idle, can paint a frame with columns cut to their headers)."""
+        rows = [
+            (Text(x.task), Text(f"{x.subject_type} {x.subject_id}"), Text(x.category),
+             Text(x.value), Text(f"{x.annotator} ({x.annotator_kind})"), Text(x.evidence))
+            for x in labels
+        ]
+        table = self.query_one("#labels-table", DataTable)
+        table.clear(columns=True)
+        for i, (key, label) in enumerate(LABEL_COLUMNS):
+            width = max([len(label), *(row[i].cell_len for row in rows)])
+            table.add_column(label, key=key, width=min(width, MAX_LABEL_COLUMN))
+        for row, x in zip(rows, labels):
+            table.add_row(*row, key=str(x.id))
 
     @work(exclusive=True, group="transfer-load", exit_on_error=False)
     async def load(self) -> None:
@@ -165,13 +181,7 @@ class TransferScreen(Screen[None]):
         if view.attached_skill is not None and view.attached_skill.kind == "edited":
             self.query_one("#source-skill-title", Static).update(
                 f"source skill (treatment used edited skill {view.attached_skill.id})")
-        table = self.query_one("#labels-table", DataTable)
-        table.clear()
-        for label in view.labels:
-            table.add_row(Text(label.task), Text(f"{label.subject_type} {label.subject_id}"),
-                          Text(label.category), Text(label.value),
-                          Text(f"{label.annotator} ({label.annotator_kind})"),
-                          Text(label.evidence), key=str(label.id))
+        self._fill_labels(view.labels)
 
     def on_changes(self, changes: Changes) -> None:
         view = self.view

@@ -96,9 +96,9 @@ def test_transfer_inspector(snap_compare, app) -> None:  # type: ignore[no-untyp
                          and app.screen.view is not None)
         table = app.screen.query_one("#labels-table", DataTable)
 
-        def measured() -> bool:  # column widths are measured on idle
+        def measured() -> bool:  # every column is as wide as its widest cell
             return table.row_count == len(app.screen.view.labels) > 0 and all(
-                column.content_width >= _widest(table, key)
+                column.get_render_width(table) - 2 * table.cell_padding >= _widest(table, key)
                 for key, column in table.columns.items())
 
         await wait_until(pilot, measured)
