@@ -16,13 +16,11 @@ import dataclasses
 import getpass
 import json
 import os
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from sqlite_utils import Database
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
@@ -40,43 +38,19 @@ from screens.palette import JumpProvider
 from screens.rubric import RubricScreen
 from screens.transfer import TransferScreen
 from storage import queries, writes
-from storage.db import connect, open_db, resolve_path
+from storage.db import open_db, resolve_path
+from storage.readers import ThreadReaders
 
 T = TypeVar("T")
 SCREENS_DIR = Path(__file__).resolve().parents[1] / "screens"
 
 
-class ReadOnlyReader:
+class ReadOnlyReader(ThreadReaders):
     """Per-thread read-only connections to a database another process writes."""
 
     def __init__(self, path: Path) -> None:
         open_db(path, readonly=True).conn.close()  # validates the file (never modifies it)
-        self.path = path
-        self._local = threading.local()
-        self._all: list[Database] = []
-        self._lock = threading.Lock()
-
-    def _db(self) -> Database:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = connect(self.path, readonly=True)
-            self._local.db = db
-            with self._lock:
-                self._all.append(db)
-        return db
-
-    def read_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return fn(self._db(), *args, **kwargs)
-
-    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(self.read_sync, fn, *args, **kwargs)
-
-    def close(self) -> None:
-        with self._lock:
-            for db in self._all:
-                with contextlib.suppress(Exception):  # another thread's connection
-                    db.conn.close()
-            self._all.clear()
+        super().__init__(path, readonly=True)
 
 
 class ReadOnlyError(RuntimeError):

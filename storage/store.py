@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import os
 import queue
 import threading
@@ -23,6 +22,7 @@ from typing import Any, TypeVar
 from sqlite_utils import Database
 
 from storage.db import connect, open_db, resolve_path
+from storage.readers import ThreadReaders
 
 T = TypeVar("T")
 _STOP = object()
@@ -36,9 +36,7 @@ class Store:
         boot = open_db(self.path)  # validates, creates, migrates
         boot.conn.close()
         self._queue: queue.Queue[Any] = queue.Queue()
-        self._local = threading.local()
-        self._readers: list[Database] = []
-        self._readers_lock = threading.Lock()
+        self._readers = ThreadReaders(self.path)
         self._closed = False
         self.max_batch = 500
         self._writer = threading.Thread(target=self._run_writer, name="mkb-writer", daemon=True)
@@ -107,18 +105,9 @@ class Store:
         return self.submit_write(fn, *args, **kwargs).result()
 
     # -- reading -----------------------------------------------------------------------------
-    def reader(self) -> Database:
-        """This thread's read connection (created on first use)."""
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = connect(self.path)
-            self._local.db = db
-            with self._readers_lock:
-                self._readers.append(db)
-        return db
-
     def read_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return fn(self.reader(), *args, **kwargs)
+        """Run ``fn(db, *args, **kwargs)`` on this thread's read connection."""
+        return self._readers.read_sync(fn, *args, **kwargs)
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(db, *args, **kwargs)`` on a worker thread with its own connection."""
@@ -132,11 +121,7 @@ class Store:
         self._closed = True
         self._queue.put(_STOP)
         self._writer.join()
-        with self._readers_lock:
-            for db in self._readers:
-                with contextlib.suppress(Exception):  # another thread's connection
-                    db.conn.close()
-            self._readers.clear()
+        self._readers.close()  # waits for reads in flight before closing their connections
 
     def __enter__(self) -> Store:
         return self
