@@ -70,7 +70,10 @@ async def test_solo_attempt_submits_gets_feedback_writes_skill(tmp_path: Path) -
     assert [(n, "def solve" in src) for _, n, src in observer.submissions] == [(1, True)]
     assert [(n, f.verdict) for _, n, f in observer.feedback] == [(1, "preview")]
     assert observer.skills and observer.skills[-1][1] == outcome.skill
-    assert server.requests[3].expectation_met is True  # the model saw the feedback
+    # the model saw the feedback when its fourth turn was served (under load the server may
+    # first answer a few "[scripted wait]" fillers while the grading runs)
+    served = [r for r in server.requests if r.turn_index == 3 and r.expectation_met is not None]
+    assert served and served[-1].expectation_met is True
     kinds = observer.event_kinds()
     assert kinds[0] == "task_built" and kinds[-1] == "final_evaluation"
     assert "warning" not in kinds  # model_info was given
