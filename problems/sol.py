@@ -63,6 +63,13 @@ def hardware_for(device_name: str) -> Hardware | None:
     return None
 
 
+def share_of_sol(sol_ms: float | None, runtime_ms: float | None) -> float | None:
+    """The SOL time as a percentage of a measured runtime (None when either is missing)."""
+    if not sol_ms or not runtime_ms:
+        return None
+    return 100.0 * sol_ms / runtime_ms
+
+
 @dataclass(frozen=True)
 class SolEstimate:
     """The SOL time and its two bounds (seconds)."""

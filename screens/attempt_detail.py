@@ -106,7 +106,6 @@ class AttemptDetailScreen(LiveScreen):
 
     @work(exclusive=True, group="detail-load", exit_on_error=False)
     async def load(self) -> None:
-        self._dirty = False
         with_comparisons, self._comparisons_stale = self._comparisons_stale, False
         row, steps, subs, skill, comps = await host(self).read(
             load_detail, self.attempt_id, self.last_step_id, with_comparisons)

@@ -90,13 +90,9 @@ class AttemptsScreen(LiveScreen):
         host(self).changes.subscribe(self, self.on_changes)
         self.set_interval(1.0, self.tick_elapsed, name="elapsed")
         self.table.focus()
-        self.reload()
-
-    # -- data ------------------------------------------------------------------------------
-    def reload(self) -> None:
-        self._dirty = False
         self.load()
 
+    # -- data ------------------------------------------------------------------------------
     @work(exclusive=True, group="attempts-load", exit_on_error=False)
     async def load(self) -> None:
         filters, search = parse_filter(self.filter_text)

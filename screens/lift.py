@@ -85,7 +85,6 @@ class LiftScreen(LiveScreen):
 
     @work(exclusive=True, group="lift-load", exit_on_error=False)
     async def load(self) -> None:
-        self._dirty = False
         app = host(self)
         self.report = await app.read(compute_report, app.experiment_id)
         self.show()

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
+from problems.sol import share_of_sol
 from storage.queries import AttemptRow, ComparisonRow, StepRow, SubmissionRow
 
 ATTEMPT_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -208,8 +209,9 @@ def submission_renderable(sub: SubmissionRow) -> Group:
         extras.append(f"bypass {fb['bypass']}")
     if fb.get("kernel_audit"):
         extras.append(f"kernel audit {fb['kernel_audit'].get('status')}")
-    if fb.get("sol_ms") and fb.get("impl_median_ms"):
-        extras.append(f"{100 * fb['sol_ms'] / fb['impl_median_ms']:.1f}% of SOL")
+    sol_share = share_of_sol(fb.get("sol_ms"), fb.get("impl_median_ms"))
+    if sol_share is not None:
+        extras.append(f"{sol_share:.1f}% of SOL")
     if fb.get("device"):
         extras.append(f"device {fb['device']}")
     if extras:

@@ -166,7 +166,6 @@ class RubricScreen(LiveScreen):
 
     @work(exclusive=True, group="rubric-load", exit_on_error=False)
     async def load(self) -> None:
-        self._dirty = False
         app = host(self)
         self.report = await app.read(rubric_report, app.experiment_id)
         self.show()

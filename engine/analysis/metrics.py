@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -39,14 +40,6 @@ class SoloMetrics:
     pct_sol_median: float | None = None  # passing attempts with a known SOL
 
 
-def median(values: Sequence[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
@@ -63,7 +56,8 @@ def solo_metrics(rows: Iterable[Outcome]) -> list[SoloMetrics]:
         sol_shares = [p for p in (r.pct_of_sol for r in items) if p is not None]
         out.append(SoloMetrics(
             model, dsl, len(items), passing, passing / len(items), geomean(speeds),
-            sum(1 for s in speeds if s >= 2.0) / len(items), median(sol_shares),
+            sum(1 for s in speeds if s >= 2.0) / len(items),
+            statistics.median(sol_shares) if sol_shares else None,
         ))
     return out
 

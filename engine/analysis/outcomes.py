@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.analysis.paired import SPEEDUP_CAP
+from problems.sol import share_of_sol
 
 DSLS = ("cute", "tirx")
 DIRECTIONS = ("cute->tirx", "tirx->cute")
@@ -53,9 +54,7 @@ class Outcome:
     @property
     def pct_of_sol(self) -> float | None:
         """SOL as a share of the passing implementation's runtime, in percent."""
-        if not self.passed or not self.runtime_ms or not self.sol_ms:
-            return None
-        return 100.0 * self.sol_ms / self.runtime_ms
+        return share_of_sol(self.sol_ms, self.runtime_ms) if self.passed else None
 
     @property
     def speedup(self) -> float | None:

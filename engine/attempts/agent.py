@@ -11,6 +11,7 @@ that many concurrent calls while their other turns (commands, feedback waits) ov
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -84,10 +85,7 @@ class ObservedTerminus2(Terminus2):
 
     async def _handle_llm_interaction(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         await self._flush_steps()
-        limit = _LLM_LIMITS.get(self._llm_limit or "")
-        if limit is None:
-            return await super()._handle_llm_interaction(*args, **kwargs)
-        async with limit:
+        async with _LLM_LIMITS.get(self._llm_limit or "") or contextlib.nullcontext():
             return await super()._handle_llm_interaction(*args, **kwargs)
 
     async def run(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]

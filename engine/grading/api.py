@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from problems.sol import share_of_sol
+
 Verdict = Literal["pass", "fail", "preview", "error"]
 DSLS: tuple[str, ...] = ("cute", "tirx")
 MAX_SOURCE_BYTES = 300 * 1024
@@ -83,9 +85,7 @@ class Feedback:
     @property
     def pct_of_sol(self) -> float | None:
         """SOL time as a share of the implementation's median time, in percent."""
-        if not self.sol_ms or not self.impl_median_ms:
-            return None
-        return 100.0 * self.sol_ms / self.impl_median_ms
+        return share_of_sol(self.sol_ms, self.impl_median_ms)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

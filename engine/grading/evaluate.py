@@ -27,7 +27,6 @@ FAMILY_FOLDERS = ("attention", "kv_cache", "mlp_norm", "moe", "quantization", "l
 # (correctness draws, warmup calls, timed calls, rechecks)
 GPU_COUNTS = (5, 10, 50, 3)
 PREVIEW_COUNTS = (5, 2, 10, 3)
-KERNEL_AUDIT_MODES = kernel_audit.MODES
 
 
 @dataclass
@@ -47,9 +46,9 @@ class EvalConfig:
     kernel_audit: str = "report"
 
     def __post_init__(self) -> None:
-        if self.kernel_audit not in KERNEL_AUDIT_MODES:
+        if self.kernel_audit not in kernel_audit.MODES:
             raise ValueError(
-                f"kernel_audit must be one of {KERNEL_AUDIT_MODES}, not {self.kernel_audit!r}"
+                f"kernel_audit must be one of {kernel_audit.MODES}, not {self.kernel_audit!r}"
             )
 
     def limits(self, device: str) -> Limits:

@@ -99,13 +99,17 @@ def release_tag(version: str) -> str:
     return "v" + re.sub(r"(\.post\d+|\+.*)$", "", version)
 
 
+def pinned_tag(dsl_key: str) -> str:
+    """The repository tag of the DSL version this project pins."""
+    return release_tag(pinned_version(dsl_info(dsl_key)))
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("MKB_GUIDES_CACHE") or Path.home() / ".cache/metakernelbench/guides")
 
 
 def cache_dir(dsl_key: str, root: Path | None = None) -> Path:
-    tag = release_tag(pinned_version(dsl_info(dsl_key)))
-    return (root or cache_root()) / dsl_key / tag
+    return (root or cache_root()) / dsl_key / pinned_tag(dsl_key)
 
 
 def cached_guides(dsl_key: str, root: Path | None = None) -> dict[str, Path]:
@@ -134,7 +138,7 @@ async def fetch_guides(
     import aiohttp
 
     guide = GUIDE_SETS[dsl_key]
-    tag = release_tag(pinned_version(dsl_info(dsl_key)))
+    tag = pinned_tag(dsl_key)
     base = (base_url or os.environ.get("MKB_GUIDES_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
     source = f"{base}/{guide.repo}/{tag}/{guide.root}"
     report = FetchReport(dsl_key, tag, source)
@@ -172,7 +176,7 @@ async def fetch_guides(
 def copy_guides(dsl_key: str, out_dir: Path, root: Path | None = None) -> dict[str, object]:
     """Copy the cached pages into a task's ``docs/guides``; returns the manifest entry."""
     guide = GUIDE_SETS[dsl_key]
-    tag = release_tag(pinned_version(dsl_info(dsl_key)))
+    tag = pinned_tag(dsl_key)
     pages = cached_guides(dsl_key, root)
     for page, path in pages.items():
         target = out_dir / page
