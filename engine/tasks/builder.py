@@ -235,10 +235,11 @@ def build_task(
     (task_dir / "instruction.md").write_text(text)
     (task_dir / "task.toml").write_text(task_toml(problem.id, info, budget_s))  # type: ignore[attr-defined]
 
+    vendored = vendored_problem_files(problem_src)
     for folder in (env_dir, tests_dir):
         (folder / ins.PROBLEM_FILE).write_bytes(problem_src)
         (folder / "problems" / "__init__.py").write_text('"""Helpers the problem imports."""\n')
-        for rel, data in vendored_problem_files(problem_src).items():
+        for rel, data in vendored.items():
             target = folder / "problems" / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
