@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from app.dotenv import load_dotenv
+    from app.third_party import use_bundled_model_costs
 
     load_dotenv()  # model keys for real runs; the environment wins over the file
+    use_bundled_model_costs()  # before anything imports litellm: no download, no retries
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

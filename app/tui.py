@@ -23,6 +23,7 @@ from typing import Any, ClassVar, TypeVar
 
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
@@ -40,8 +41,10 @@ from screens.transfer import TransferScreen
 from storage import queries, writes
 from storage.db import open_db, resolve_path
 from storage.readers import ThreadReaders
+from storage.sanitize import clean, clean_text
 
 T = TypeVar("T")
+ENGINE_SHUTDOWN_S = 30.0  # how long quitting waits for running attempts to be cancelled
 SCREENS_DIR = Path(__file__).resolve().parents[1] / "screens"
 
 
@@ -133,6 +136,9 @@ class MkbApp(App[int]):
         self.last_event_id = 0
         self.engine: Any = None
         self.engine_worker: Worker[Any] | None = None
+        self._engine_done: asyncio.Event | None = None  # set when the engine run has ended
+        self._pending_start: tuple[Callable[[], ExperimentConfig], str] | None = None
+        self.painted = False  # the first frame is on screen
         self.redraws = 0
         if attach:
             self.store: Any = None
@@ -158,8 +164,21 @@ class MkbApp(App[int]):
         return self._clock()
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        result: T = await self._reader.read(fn, *args, **kwargs)
+        """Run a query off the UI loop; every string in the result is made safe to show.
+
+        This is the one way screens (and the browser view, the same App) read the store,
+        so agent-written text never reaches a widget with terminal control sequences in it.
+        """
+        result: T = await self._reader.read(_read_clean, fn, *args, **kwargs)
         return result
+
+    def notify(
+        self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+        timeout: float | None = None, markup: bool = True,
+    ) -> None:
+        """A toast, always plain text: messages quote errors that can hold agent text."""
+        super().notify(clean_text(message), title=clean_text(title), severity=severity,
+                       timeout=timeout, markup=False)
 
     def _require_writable(self) -> None:
         if self.read_only or self.store is None:
@@ -201,10 +220,25 @@ class MkbApp(App[int]):
 
     # -- engine ----------------------------------------------------------------------------
     def start_experiment(self, config: ExperimentConfig) -> None:
-        """Run ``config`` in an App-owned worker (survives screen changes)."""
+        """Run ``config`` in an App-owned worker (survives screen changes).
+
+        The engine (the agent stack's imports, the grader, the plan over the catalog) is
+        built on a thread inside the worker, so the UI keeps painting meanwhile.
+        """
         self._require_writable()
         if self.engine_state in ("running", "paused", "stopping"):
             raise RuntimeError("an experiment is already running; stop it first")
+        self.engine = None
+        self.show_experiment(config.id)  # screens switch to the launched experiment
+        self.engine_state = "running"
+        self._engine_done = asyncio.Event()
+        self.engine_worker = self.run_worker(
+            self._run_engine(config, self._engine_done), name="engine", group="engine",
+            exit_on_error=False, description=f"experiment {config.id}",
+        )
+
+    def _build_engine(self, config: ExperimentConfig) -> tuple[Any, Any]:
+        """The engine and its grading backend for ``config`` (slow: runs on a thread)."""
         from engine.factory import make_backend, make_runner
         from engine.scheduler import Engine
 
@@ -213,34 +247,40 @@ class MkbApp(App[int]):
         preview = bool(getattr(backend, "preview", False)) or config.grading == "simulated"
         bus = EventBus()
         bus.subscribe(self._on_engine_event)
-        self.engine = Engine(self.store, config, runner, backend, bus=bus, preview=preview)
-        self.experiment_id = config.id
-        self.collector.mark_everything()  # screens switch to the launched experiment
-        self.engine_state = "running"
-        self.engine_worker = self.run_worker(
-            self._run_engine(self.engine, backend), name="engine", group="engine",
-            exit_on_error=False, description=f"experiment {config.id}",
-        )
+        engine = Engine(self.store, config, runner, backend, bus=bus, preview=preview)
+        return engine, backend
 
-    async def _run_engine(self, engine: Any, backend: Any) -> Any:
+    async def _run_engine(self, config: ExperimentConfig, done: asyncio.Event) -> Any:
         try:
-            return await engine.run()
+            engine, backend = await asyncio.to_thread(self._build_engine, config)
+            try:
+                self.engine = engine
+                if self.engine_state == "stopping":  # stopped while it was being built
+                    return None
+                if self.engine_state == "paused":
+                    engine.pause()
+                return await engine.run()
+            finally:
+                await backend.close()
         finally:
-            await backend.close()
+            done.set()
 
     def pause_engine(self) -> None:
-        if self.engine is not None and self.engine_state == "running":
-            self.engine.pause()
+        if self.engine_state == "running":
+            if self.engine is not None:  # else: paused as soon as it is built
+                self.engine.pause()
             self.engine_state = "paused"
 
     def resume_engine(self) -> None:
-        if self.engine is not None and self.engine_state == "paused":
-            self.engine.resume()
+        if self.engine_state == "paused":
+            if self.engine is not None:
+                self.engine.resume()
             self.engine_state = "running"
 
     def stop_engine(self) -> None:
-        if self.engine is not None and self.engine_state in ("running", "paused"):
-            self.engine.stop()
+        if self.engine_state in ("running", "paused"):
+            if self.engine is not None:  # else: never run once it is built
+                self.engine.stop()
             self.engine_state = "stopping"
 
     def grading_status(self) -> str | None:
@@ -269,6 +309,26 @@ class MkbApp(App[int]):
         elif worker.state == WorkerState.ERROR and worker.group != "engine":
             self.notify(f"{worker.name or 'worker'}: {worker.error}", severity="error",
                         timeout=8)
+
+    def start_when_ready(self, make_config: Callable[[], ExperimentConfig],
+                         message: str = "") -> None:
+        """Start the experiment ``make_config()`` builds once the first frame is on screen
+        (the config is built on a thread: parsing checks the catalog, which imports torch)."""
+        self._pending_start = (make_config, message)
+
+    def on_ready(self) -> None:
+        self.painted = True
+        if self._pending_start is not None:
+            self.run_worker(self._start_pending(*self._pending_start), name="start",
+                            exit_on_error=False)
+            self._pending_start = None
+
+    async def _start_pending(self, make_config: Callable[[], ExperimentConfig],
+                             message: str) -> None:
+        config = await asyncio.to_thread(make_config)
+        self.start_experiment(config)
+        if message:
+            self.notify(message, title=config.name)
 
     # -- bridge ----------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -322,9 +382,26 @@ class MkbApp(App[int]):
             screen.set_filter(f"problem:{problem_id}")
 
     def select_experiment(self, experiment_id: str) -> None:
+        self.show_experiment(experiment_id)
+        self.flush_changes()
+
+    def show_experiment(self, experiment_id: str) -> None:
+        """Make ``experiment_id`` the one every screen shows.
+
+        Modes not on screen forget the screens drilled into the old experiment (an attempt,
+        a comparison list, a comparison), so switching to them shows the new experiment's
+        base screen; the mode on screen stays as the user sees it.
+        """
+        changed = experiment_id != self.experiment_id
         self.experiment_id = experiment_id
         self.collector.mark_everything()
-        self.flush_changes()
+        if not changed:
+            return
+        for mode, base in self.MODES.items():
+            # Textual (pinned) has no public view of another mode's stack
+            if mode != self.current_mode and len(self._screen_stacks.get(mode, ())) > 1:
+                self.remove_mode(mode)
+                self.add_mode(mode, base)
 
     def clear_selection(self) -> None:
         # Textual 8.2.8 in a real terminal: an Input on the first mode's screen can mount
@@ -333,15 +410,30 @@ class MkbApp(App[int]):
             super().clear_selection()
 
     async def action_quit(self) -> None:
-        if self.engine is not None and self.engine_state in ("running", "paused"):
-            self.engine.stop()
+        await self.shutdown_engine()
         self.exit(0)
 
-    def on_unmount(self) -> None:
+    async def shutdown_engine(self, timeout: float = ENGINE_SHUTDOWN_S) -> None:
+        """Stop an owned engine and wait (at most ``timeout``) until it has recorded its
+        running attempts as interrupted; the next run resumes them."""
+        done = self._engine_done
+        if done is None or done.is_set():
+            return
+        self.stop_engine()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout)
+
+    async def on_unmount(self) -> None:
+        await self.shutdown_engine()  # any way out: the store must say what happened
         if self.store is not None:
             self.store.close()
         else:
             self._reader.close()
+
+
+def _read_clean[R](db: Any, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """``fn(db, ...)`` with its strings cleaned, on the reading thread (not the UI loop)."""
+    return clean(fn(db, *args, **kwargs))
 
 
 def _user() -> str:

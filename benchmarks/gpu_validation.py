@@ -37,7 +37,7 @@ def jobs(files: list[str]) -> list[tuple[str, str, Path, str | None]]:
             m = re.match(r"(p\d\d)_(cute|tirx)", Path(f).name)
             if not m:
                 raise SystemExit(f"{f}: name must start with pNN_cute or pNN_tirx")
-            out.append((m.group(1), m.group(2), Path(f), None))
+            out.append((m.group(1), m.group(2), Path(f).resolve(), None))
         return out
     solutions = sorted((REPO / "problems" / "solutions").glob("p[0-9][0-9]_*.py"))
     found = []

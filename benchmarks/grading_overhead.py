@@ -5,10 +5,11 @@
 
 Grades an honest plain-torch p28 submission (tests/grading/fixtures/honest/p28_plain.py)
 with the DSL checks off (it launches no DSL kernel), so the figures are the harness's own
-cost: the static check, a fresh ``python -m engine.grading.worker`` per evaluation (cold),
-a warm parent that forks a child per evaluation (warm), each phase inside the child, and the
-timer floor (timing a call that does nothing). CPU preview uses the smoke workload and fewer
-calls; on a GPU the full workload and the contract's counts.
+cost: the static check, a fresh ``python -m engine.grading.judge`` and runner per evaluation
+(cold), a warm parent that forks a judge per evaluation and keeps runners started ahead
+(warm), each phase inside the judge, and the timer floor (timing a call that does nothing).
+CPU preview uses the smoke workload and fewer calls; on a GPU the full workload and the
+contract's counts.
 
 ``--from-rows`` splits recorded evaluations (rows written by ``benchmarks/gpu_validation.py``)
 instead: the unavoidable work is the submission's own kernel time (66 calls: 5 correctness

@@ -11,6 +11,7 @@ replicates = 1
 budget_minutes = 40
 max_submissions = 10
 sandbox = "local"                 # local | docker | modal | daytona | an import path
+unsafe_no_jail = false            # local only: run agents without the bubblewrap jail (UNSAFE)
 grading = "local"                 # local | http | harbor (| simulated, for tests)
 agent = "terminus-2"              # terminus-2 (| simulated: instant fake agents, for tests)
 
@@ -116,6 +117,7 @@ class ExperimentConfig:
     agent_options: dict[str, Any] = field(default_factory=dict)
     sandbox: str = "local"
     sandbox_options: dict[str, Any] = field(default_factory=dict)
+    unsafe_no_jail: bool = False  # local sandbox without the agent jail (recorded per attempt)
     grading: str = "local"
     grading_options: dict[str, Any] = field(default_factory=dict)
     concurrency: Concurrency = Concurrency()
@@ -167,7 +169,7 @@ _TOP_KEYS = {
 }
 _EXPERIMENT_KEYS = {
     "name", "id", "problems", "families", "dsls", "replicates", "budget_minutes",
-    "max_submissions", "sandbox", "grading", "agent",
+    "max_submissions", "sandbox", "grading", "agent", "unsafe_no_jail",
 }
 _MODEL_KEYS = {"name", "api_base", "api_key_env", "model_info", "scenario"}
 
@@ -243,6 +245,11 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
     _expect(grading in KNOWN_GRADING, f"{path} [experiment].grading",
             f"must be one of {KNOWN_GRADING}")
     sandbox_options = data.get("sandbox", {})
+    unsafe_no_jail = exp.get("unsafe_no_jail", False)
+    _expect(isinstance(unsafe_no_jail, bool), f"{path} [experiment].unsafe_no_jail",
+            "must be true/false")
+    _expect(not unsafe_no_jail or sandbox == "local", f"{path} [experiment].unsafe_no_jail",
+            'applies to sandbox = "local" only (other sandboxes bring their own isolation)')
     agent = exp.get("agent", "terminus-2")
     _expect(agent in KNOWN_AGENTS, f"{path} [experiment].agent",
             f"must be one of {KNOWN_AGENTS} (simulated is for engine tests and benchmarks)")
@@ -299,6 +306,7 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
         agent_options=dict(agent_options),
         sandbox=sandbox,
         sandbox_options=dict(sandbox_options),
+        unsafe_no_jail=unsafe_no_jail,
         grading=grading,
         grading_options=dict(grading_options),
         concurrency=concurrency,

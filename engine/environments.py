@@ -9,7 +9,8 @@ is missing and how to provide it. Nothing here starts a sandbox or a container:
   config file ``modal token new`` writes: $MODAL_CONFIG_PATH or ~/.modal.toml);
 - ``daytona``: the ``daytona`` SDK and DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN together with
   DAYTONA_ORGANIZATION_ID);
-- ``local``: Linux, root, util-linux ``unshare``/``nsenter`` and tmux;
+- ``local``: Linux, root, util-linux ``unshare``/``nsenter``, tmux and (unless
+  ``unsafe_no_jail``) a working bubblewrap agent jail;
 - an import path ``module:Class``: importable, a Harbor ``BaseEnvironment``, its preflight;
 - grading ``http``: options the client pool accepts, grader URLs, a token for remote hosts;
   grading ``harbor``: the per-evaluation environment's configuration and credentials.
@@ -58,7 +59,23 @@ def check_sandbox(config: ExperimentConfig, environ: Env | None = None) -> list[
     if config.agent == "simulated":
         return []  # simulated agents start no sandbox
     env = os.environ if environ is None else environ
-    return sandbox_problems(config.sandbox, env)
+    problems = sandbox_problems(config.sandbox, env)
+    if config.sandbox == "local" and not config.unsafe_no_jail:
+        problems += jail_problems()
+    return problems
+
+
+def jail_problems() -> list[str]:
+    """Why the local sandbox's agent jail cannot be built here (empty: it can)."""
+    from engine.sandbox.jail import jail_problem
+
+    why = jail_problem()
+    if why is None:
+        return []
+    return [
+        f"sandbox 'local': the agent jail cannot be built: {why}; or run without it "
+        "(--unsafe-no-jail: agents then see the whole host)"
+    ]
 
 
 def sandbox_problems(kind: str, environ: Env) -> list[str]:

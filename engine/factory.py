@@ -28,7 +28,10 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         return SimulatedBackend()
     from engine.grading.evaluate import EvalConfig
 
-    eval_config = EvalConfig(kernel_audit=options.pop("kernel_audit", "report"))
+    eval_config = EvalConfig(
+        kernel_audit=options.pop("kernel_audit", "report"),
+        unsafe_no_jail=config.unsafe_no_jail,  # the same explicit choice covers grading
+    )
     if config.grading == "local":
         from engine.grading.local import LocalBackend
 
@@ -85,7 +88,7 @@ class Terminus2Runner:
             transfer_from=("cute" if node.dsl == "tirx" else "tirx") if node.is_treatment
             else None,
             environment_import_path=SANDBOX_IMPORT_PATHS.get(job.sandbox, job.sandbox),
-            environment_kwargs=dict(job.sandbox_options),
+            environment_kwargs=sandbox_kwargs(self.config, job.sandbox_options),
             max_tries=self.config.max_tries,
         )
         outcome = await run_attempt(spec, backend, observer)
@@ -104,6 +107,14 @@ class Terminus2Runner:
             error=outcome.error,
             retryable=False,
         )
+
+
+def sandbox_kwargs(config: ExperimentConfig, options: dict[str, Any]) -> dict[str, Any]:
+    """The environment kwargs: the ``[sandbox]`` options, plus the jail opt-out when set."""
+    kwargs = dict(options)
+    if config.unsafe_no_jail:
+        kwargs["unsafe_no_jail"] = True
+    return kwargs
 
 
 def make_runner(config: ExperimentConfig) -> AttemptRunner:

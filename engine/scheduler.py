@@ -31,8 +31,8 @@ from storage.db import now
 from storage.store import Store
 
 TERMINAL = ("finished", "failed", "skipped")
-ACTIVE = ("queued", "running", "final_eval")
 CONTRACT_VERSION = "mkb-contract-1"
+STOPPED_WHILE_RUNNING = "the engine stopped while this attempt ran"
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,7 @@ class Engine:
         self._paused = asyncio.Event()
         self._paused.set()
         self._stopping = False
+        self._stop_requested = asyncio.Event()  # wakes the scheduling loop at once
         self.gate = GradingGate(config.concurrency.grading_slots)
 
     # -- controls ------------------------------------------------------------------------------
@@ -165,6 +166,7 @@ class Engine:
         """Start nothing new; running attempts are cancelled and recorded as interrupted."""
         self._stopping = True
         self._paused.set()
+        self._stop_requested.set()
 
     # -- setup ---------------------------------------------------------------------------------
     def _prepare(self, db: Any) -> dict[str, int]:
@@ -193,12 +195,7 @@ class Engine:
                 budget_s=self.config.budget_s,
             )
         # attempts caught mid-run by a crash or kill -9 are interrupted, never lost
-        for row in queries.attempts_for_experiment(db, self.config.id):
-            if row.state in ACTIVE:
-                writes.update_attempt(
-                    db, row.id, "attempt_interrupted", state="interrupted",
-                    error="the engine stopped while this attempt ran",
-                )
+        writes.interrupt_active(db, self.config.id, STOPPED_WHILE_RUNNING)
         for spec in self.plan.comparisons:
             writes.upsert_comparison(db, self.config.id, **self._comparison_key(spec),
                                      source_attempt_id=ids[spec.source_key],
@@ -280,6 +277,7 @@ class Engine:
             src = node.source_key
             return src is None or (src not in todo and src not in running_keys)
 
+        stop_requested = asyncio.ensure_future(self._stop_requested.wait())
         try:
             while todo or running:
                 if self._stopping:
@@ -309,8 +307,9 @@ class Engine:
                     if todo:  # nothing can start: a dependency never ran (should not happen)
                         raise RuntimeError(f"unschedulable attempts: {sorted(todo)[:5]}")
                     break
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
+                done, _ = await asyncio.wait({*running, stop_requested},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for task in [t for t in running if t in done]:  # not the stop request
                     node = running.pop(task)
                     running_keys.discard(node.key)
                     per_model[node.model] -= 1
@@ -323,10 +322,12 @@ class Engine:
             interrupted = True
             raise
         finally:
+            stop_requested.cancel()
             if running:
                 interrupted = True
                 for task in running:
                     task.cancel()
+                await self._record_interrupted()
                 await asyncio.gather(*running, return_exceptions=True)
             state = "stopped" if (interrupted or self._stopping) else "finished"
             with contextlib.suppress(Exception):
@@ -338,12 +339,28 @@ class Engine:
         return RunSummary(self.config.id, len(self.plan.nodes), by_state, reused, ran, skipped,
                           stale, resolved, interrupted or self._stopping)
 
+    async def _record_interrupted(self) -> None:
+        """Shutdown: record the attempts in flight as interrupted at once, before their
+        runners finish cleaning up (a sandbox can take a while), so the store says what
+        happened even when the process exits next; the next run resumes them."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.store.write(
+                writes.interrupt_active, self.config.id, STOPPED_WHILE_RUNNING,
+                ended_at=now()))
+
     async def _source_skill(self, node: PlanNode) -> str | None:
         if node.edited_skill is not None:
             return node.edited_skill
         assert node.source_key is not None
         skill = await self.store.read(queries.latest_skill, self.ids[node.source_key])
         return skill.text if skill else None
+
+    @staticmethod
+    def _edited_skill(db: Any, text: str, source_attempt_id: int) -> int:
+        """The edited skill to attach, with its lineage: it descends from the source
+        attempt's skill (a person's edit saved from the TUI is reused, not copied)."""
+        parent = queries.latest_skill(db, source_attempt_id)
+        return writes.ensure_edited_skill(db, text, parent.id if parent else None)
 
     async def _run_node(self, node: PlanNode) -> str:
         attempt_id = self.ids[node.key]
@@ -366,7 +383,7 @@ class Engine:
                     skill_id = current.attached_skill_id
                 else:
                     skill_id = await self.store.write(
-                        writes.add_skill, node.edited_skill, kind="edited", author="config")
+                        self._edited_skill, node.edited_skill, self.ids[node.source_key or ""])
             else:
                 src = await self.store.read(queries.latest_skill, self.ids[node.source_key or ""])
                 skill_id = src.id if src else None  # type: ignore[assignment]
@@ -380,6 +397,7 @@ class Engine:
             writes.update_attempt, attempt_id, "attempt_started", state="running",
             tries=try_number, started_at=now(), task_hash=task_hash(node, self.config),
             skill_hash=skill_hash(source_skill), error=None,
+            unsafe_no_jail=int(self.config.unsafe_no_jail),
         )
         self.bus.emit("attempt_started", experiment_id, attempt_id, key=node.key)
         observer = StoreObserver(self.store, self.bus, experiment_id, attempt_id, try_number)

@@ -7,6 +7,7 @@ visible page and patch changed cells (keyed by attempt id) instead of rebuilding
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -15,20 +16,34 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets.data_table import RowKey
 
 from screens.app_bar import AppBar
 from screens.base import Changes, LiveScreen, host
-from screens.render import ATTEMPT_COLUMNS, SORTABLE, attempt_cells, parse_filter
+from screens.filters import parse_filter
+from screens.render import ATTEMPT_COLUMNS, SORTABLE, attempt_cells
 from storage import queries
 
 PAGE_SIZE = 100
 SORT_CYCLE = ("id", "model", "problem_id", "state", "best_speedup", "submissions_used",
               "started_at")
+STATE_COLUMN = [key for key, _ in ATTEMPT_COLUMNS].index("state")
+UNSAFE_MARK = "UNSAFE"
+
+
+def row_cells(row: queries.AttemptRow, now: Any) -> tuple[Text, ...]:
+    """A row's cells; an attempt whose sandbox ran without the agent jail says UNSAFE."""
+    cells = attempt_cells(row, now)
+    if not row.unsafe_no_jail:
+        return cells
+    state = cells[STATE_COLUMN].copy()
+    state.append(f" {UNSAFE_MARK}", style="bold reverse red")
+    return (*cells[:STATE_COLUMN], state, *cells[STATE_COLUMN + 1:])
 
 
 def load_page(
-    db: Database, experiment_id: str | None, filters: dict[str, str], search: str | None,
-    sort: str, descending: bool, limit: int, offset: int,
+    db: Database, experiment_id: str | None, filters: queries.AttemptFilters,
+    search: str | None, sort: str, descending: bool, limit: int, offset: int,
 ) -> tuple[list[queries.AttemptRow], int]:
     """One page plus the filtered total (one read, one snapshot)."""
     total = queries.count_attempts(db, experiment_id=experiment_id, filters=filters,
@@ -48,6 +63,14 @@ class AttemptTable(DataTable[Text]):
         self.zebra_stripes = True
         for key, label in ATTEMPT_COLUMNS:
             self.add_column(label, key=key)
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        # Textual 8.2.8 caches rendered rows and lines without their column widths: a page
+        # painted before the columns were measured (on idle) stayed cut to the headers'
+        # widths. Measuring now drops what was rendered with the old widths.
+        super()._update_dimensions(new_rows)
+        self._clear_caches()
+        self.refresh()
 
 
 class AttemptsScreen(LiveScreen):
@@ -114,7 +137,7 @@ class AttemptsScreen(LiveScreen):
         self.loads += 1
         table = self.table
         now = host(self).now()
-        cells = {r.id: attempt_cells(r, now) for r in rows}
+        cells = {r.id: row_cells(r, now) for r in rows}
         same = [r.id for r in rows] == [r.id for r in self.rows]
         with self.app.batch_update():
             if same:

@@ -8,6 +8,8 @@ from typing import Any
 
 from sqlite_utils import Database
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.content import Content
+from textual.fuzzy import Matcher
 
 from screens.base import host
 from storage import queries
@@ -32,6 +34,16 @@ def palette_entries(db: Database, experiment_id: str | None) -> list[tuple[str, 
     return entries
 
 
+def literal_highlight(matcher: Matcher, text: str) -> Content:
+    """``text`` as literal content (never markup) with the matched characters styled."""
+    content = Content(text)
+    _, offsets = matcher.fuzzy_search.match(matcher.query, text)
+    for offset in offsets:
+        if not text[offset].isspace():
+            content = content.stylize(matcher.match_style, offset, offset + 1)
+    return content
+
+
 class JumpProvider(Provider):
     """Search attempts, problems, comparisons and experiments by text."""
 
@@ -51,12 +63,13 @@ class JumpProvider(Provider):
 
     async def discover(self) -> Hits:
         for kind, text, target in self.entries[:20]:
-            yield DiscoveryHit(text, self._command(kind, target), help=f"jump to this {kind}")
+            yield DiscoveryHit(Content(text), self._command(kind, target), text=text,
+                               help=f"jump to this {kind}")
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for kind, text, target in self.entries:
             score = matcher.match(text)
             if score > 0:
-                yield Hit(score, matcher.highlight(text), self._command(kind, target),
+                yield Hit(score, literal_highlight(matcher, text), self._command(kind, target),
                           text=text, help=f"jump to this {kind}")

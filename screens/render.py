@@ -89,6 +89,12 @@ def state_text(state: str, outcome: str | None = None) -> Text:
     return Text(label, style=STATE_STYLES.get(state, ""))
 
 
+def arm_label(row: AttemptRow) -> str:
+    """The arm, with the plan variant when there is one (``cute2tirx_skill edited:1a2b``),
+    so an edited-skill or cross-model treatment never passes for the paper's arm."""
+    return f"{row.arm} {row.variant}" if row.variant else row.arm
+
+
 def attempt_cells(row: AttemptRow, now: datetime) -> tuple[Text, ...]:
     """The Attempts table's cells for one row, in ``ATTEMPT_COLUMNS`` order."""
     return (
@@ -96,28 +102,12 @@ def attempt_cells(row: AttemptRow, now: datetime) -> tuple[Text, ...]:
         Text(row.model),
         Text(row.problem_id),
         Text(row.dsl),
-        Text(row.arm),
+        Text(arm_label(row)),
         state_text(row.state, row.outcome),
         Text(elapsed_text(row, now), justify="right"),
         Text(str(row.submissions_used), justify="right"),
         Text(speedup_text(row.best_speedup), justify="right"),
     )
-
-
-def parse_filter(text: str) -> tuple[dict[str, str], str | None]:
-    """``state:running model:gpt p28`` → ({state: running, model: gpt}, "p28")."""
-    aliases = {"problem": "problem_id", "p": "problem_id", "m": "model", "s": "state"}
-    filters: dict[str, str] = {}
-    words: list[str] = []
-    for token in text.split():
-        key, sep, value = token.partition(":")
-        key = aliases.get(key, key)
-        if sep and value and key in {"model", "problem_id", "dsl", "arm", "state", "outcome",
-                                     "family"}:
-            filters[key] = value
-        else:
-            words.append(token)
-    return filters, (" ".join(words) or None)
 
 
 # -- trajectory --------------------------------------------------------------------------------
@@ -243,7 +233,7 @@ def outcome_text(row: AttemptRow) -> Text:
 
 def attempt_title(row: AttemptRow) -> Text:
     return Text(f"attempt {row.id} · {row.model} · {row.problem_id} ({row.family}) · "
-                f"{row.dsl} · {row.arm} · r{row.replicate}")
+                f"{row.dsl} · {arm_label(row)} · r{row.replicate}")
 
 
 # -- transfers ---------------------------------------------------------------------------------
@@ -258,6 +248,24 @@ def diff_texts(base: str, other: str) -> tuple[Text, Text]:
         for line in b_lines[j1:j2]:
             right.append(line + "\n", style="" if op == "equal" else "green")
     return left, right
+
+
+def edit_diff_text(original: str, edited: str) -> Text:
+    """An edited skill against the one it was edited from, whole: ``+`` lines the edit
+    added (green), ``-`` lines it removed (red), unchanged lines indented."""
+    a_lines, b_lines = original.splitlines(), edited.splitlines()
+    out = Text()
+    matcher = difflib.SequenceMatcher(a=a_lines, b=b_lines, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for line in a_lines[i1:i2]:
+                out.append(f"  {line}\n")
+            continue
+        for line in a_lines[i1:i2]:
+            out.append(f"- {line}\n", style="red")
+        for line in b_lines[j1:j2]:
+            out.append(f"+ {line}\n", style="green")
+    return out
 
 
 def rho_text(comparison: ComparisonRow) -> Text:
@@ -276,7 +284,7 @@ def arm_summary(label: str, row: AttemptRow | None) -> Text:
     text = Text(f"{label}: ", style="bold")
     if row is None:
         return text + Text("-")
-    text.append(f"#{row.id} {row.arm} ")
+    text.append(f"#{row.id} {arm_label(row)} ")
     text.append_text(state_text(row.state))
     text.append(f" {row.outcome or '-'}", style=VERDICT_STYLES.get(row.outcome or "", ""))
     text.append(f"  {speedup_text(row.speedup)}  {ms_text(row.impl_median_ms)}")

@@ -20,7 +20,7 @@ from engine.rubric.model import default_rubric
 from screens.app_bar import AppBar
 from screens.base import Changes, host
 from screens.dialogs import LabelDialog, LabelInput, SkillEdit, SkillEditor
-from screens.render import arm_summary, diff_texts, rho_text
+from screens.render import arm_summary, diff_texts, edit_diff_text, rho_text
 from screens.rubric_terms import TASKS
 from storage import queries
 
@@ -42,6 +42,22 @@ class TransferView:
     treatment_skill: queries.SkillRow | None
     attached_skill: queries.SkillRow | None
     labels: list[queries.LabelRow]
+    parent_skill: queries.SkillRow | None = None  # what an edited attached skill came from
+
+    @property
+    def edited(self) -> bool:
+        """The treatment was given a person's edited skill, not the source's verbatim."""
+        return self.attached_skill is not None and self.attached_skill.kind == "edited"
+
+    @property
+    def given_skill(self) -> queries.SkillRow | None:
+        """The skill the treatment was given."""
+        return self.attached_skill if self.edited else self.source_skill
+
+    @property
+    def original_skill(self) -> queries.SkillRow | None:
+        """What an edited skill was edited from (its parent, else the source's skill)."""
+        return self.parent_skill or self.source_skill
 
 
 def load_transfer(db: Database, comparison_id: int) -> TransferView | None:
@@ -72,12 +88,25 @@ def load_transfer(db: Database, comparison_id: int) -> TransferView | None:
              for label in queries.labels(db, subject_id=subject_id)
              if (label.subject_type, label.subject_id) in subjects]
     found.sort(key=lambda label: label.id)
+    parent = (queries.skill(db, attached.parent_skill_id)
+              if attached is not None and attached.parent_skill_id is not None else None)
     return TransferView(comp, source, baseline, treatment, source_skill, skill_of(baseline),
-                        skill_of(treatment), attached, found)
+                        skill_of(treatment), attached, found, parent)
 
 
 def skill_body(skill: queries.SkillRow | None) -> str:
     return skill.text if skill is not None else ""
+
+
+def given_skill_title(view: TransferView) -> Text:
+    """The first pane's title: the source skill, or the edited skill and its lineage."""
+    skill = view.attached_skill
+    if not view.edited or skill is None:
+        return Text("source skill")
+    original = view.original_skill
+    origin = f"skill {original.id}" if original is not None else "the source skill"
+    return Text(f"edited skill {skill.id} given to the treatment, from {origin} "
+                f"(+ added, - removed; d toggles)")
 
 
 class TransferScreen(Screen[None]):
@@ -165,22 +194,23 @@ class TransferScreen(Screen[None]):
                                 arm_summary("baseline (target solo)", view.baseline),
                                 arm_summary("treatment", view.treatment)])
         self.query_one("#transfer-arms", Static).update(arms)
-        source = skill_body(view.source_skill)
+        given = skill_body(view.given_skill)  # the source's skill, or the edited one
         baseline = skill_body(view.baseline_skill)
         treatment = skill_body(view.treatment_skill)
         empty = Text("(blank or missing)", style="dim")
         if self.show_diff:
-            _, baseline_view = diff_texts(source, baseline)
-            _, treatment_view = diff_texts(source, treatment)
+            _, baseline_view = diff_texts(given, baseline)
+            _, treatment_view = diff_texts(given, treatment)
         else:
             baseline_view, treatment_view = Text(baseline), Text(treatment)
-        for key, body, shown in (("source", source, Text(source)),
+        given_view = Text(given)
+        if view.edited and self.show_diff:
+            given_view = edit_diff_text(skill_body(view.original_skill), given)
+        for key, body, shown in (("source", given, given_view),
                                  ("baseline", baseline, baseline_view),
                                  ("treatment", treatment, treatment_view)):
             self.query_one(f"#{key}-skill", Static).update(shown if body.strip() else empty)
-        if view.attached_skill is not None and view.attached_skill.kind == "edited":
-            self.query_one("#source-skill-title", Static).update(
-                f"source skill (treatment used edited skill {view.attached_skill.id})")
+        self.query_one("#source-skill-title", Static).update(given_skill_title(view))
         self._fill_labels(view.labels)
 
     def on_changes(self, changes: Changes) -> None:
@@ -246,10 +276,11 @@ class TransferScreen(Screen[None]):
         view = self.view
         if view is None:
             return
-        text = skill_body(view.source_skill)
+        text = skill_body(view.given_skill)
         c = view.comparison
+        which = "edited" if view.edited else "source"
         self.app.push_screen(
-            SkillEditor(text, f"Edit the source skill of {c.problem_id} {c.direction} "
+            SkillEditor(text, f"Edit the {which} skill of {c.problem_id} {c.direction} "
                               f"({c.model}); ctrl+s saves"),
             self._skill_edited,
         )
@@ -263,7 +294,7 @@ class TransferScreen(Screen[None]):
         view = self.view
         if view is None:
             return
-        parent = view.source_skill.id if view.source_skill else None
+        parent = view.given_skill.id if view.given_skill else None
         skill_id = await self.app.save_edited_skill(edit.text, parent)  # type: ignore[attr-defined]
         self.notify(f"edited skill {skill_id} saved")
         if edit.launch:

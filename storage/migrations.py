@@ -206,3 +206,12 @@ def m001_create_core(db: Database) -> None:
         CREATE INDEX events_experiment ON events(experiment_id, id);
         """
     )
+
+
+@migrations()
+def m002_add_attempt_unsafe_no_jail(db: Database) -> None:
+    """Whether an attempt's sandbox ran without the agent jail (``--unsafe-no-jail``)."""
+    db.execute(
+        "ALTER TABLE attempts ADD COLUMN unsafe_no_jail INTEGER NOT NULL DEFAULT 0 "
+        "CHECK (unsafe_no_jail IN (0, 1))"
+    )

@@ -64,6 +64,7 @@ class AttemptRow:
     ended_at: str | None
     created_at: str
     updated_at: str
+    unsafe_no_jail: int = 0  # 1: the sandbox ran without the agent jail
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,34 @@ ATTEMPT_SORT_COLUMNS = (
 ATTEMPT_FILTER_COLUMNS = ("model", "problem_id", "dsl", "arm", "state", "outcome", "family")
 
 
+@dataclass(frozen=True)
+class Contains:
+    """A filter value matching any text that contains it, ignoring ASCII case."""
+
+    text: str
+
+
+FilterValue = str | tuple[str, ...] | Contains  # equal to / one of / containing
+AttemptFilters = dict[str, FilterValue]
+
+
+def _like_pattern(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _filter_clause(column: str, value: FilterValue) -> tuple[str, list[Any]]:
+    if isinstance(value, Contains):
+        return f"{column} LIKE ? ESCAPE '\\'", [_like_pattern(value.text)]
+    if isinstance(value, tuple):
+        if not value:
+            return "0", []
+        return f"{column} IN ({', '.join('?' for _ in value)})", list(value)
+    return f"{column} = ?", [value]
+
+
 def _attempt_where(
-    experiment_id: str | None, filters: dict[str, str] | None, search: str | None
+    experiment_id: str | None, filters: AttemptFilters | None, search: str | None
 ) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
@@ -204,8 +231,9 @@ def _attempt_where(
     for column, value in (filters or {}).items():
         if column not in ATTEMPT_FILTER_COLUMNS:
             raise ValueError(f"cannot filter attempts by {column!r}")
-        clauses.append(f"{column} = ?")
-        params.append(value)
+        clause, values = _filter_clause(column, value)
+        clauses.append(clause)
+        params.extend(values)
     if search:
         clauses.append("(model || ' ' || problem_id || ' ' || arm || ' ' || state) LIKE ?")
         params.append(f"%{search}%")
@@ -216,7 +244,7 @@ def attempts_page(
     db: Database,
     *,
     experiment_id: str | None = None,
-    filters: dict[str, str] | None = None,
+    filters: AttemptFilters | None = None,
     search: str | None = None,
     sort: str = "id",
     descending: bool = False,
@@ -240,7 +268,7 @@ def count_attempts(
     db: Database,
     *,
     experiment_id: str | None = None,
-    filters: dict[str, str] | None = None,
+    filters: AttemptFilters | None = None,
     search: str | None = None,
 ) -> int:
     where, params = _attempt_where(experiment_id, filters, search)

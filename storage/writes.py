@@ -15,6 +15,7 @@ from sqlite_utils import Database
 
 from storage.db import now
 
+ACTIVE_STATES = ("queued", "running", "final_eval")  # an attempt in flight
 _ATTEMPT_UPDATABLE = {
     "state",
     "outcome",
@@ -39,6 +40,7 @@ _ATTEMPT_UPDATABLE = {
     "started_at",
     "ended_at",
     "budget_s",
+    "unsafe_no_jail",
 }
 
 
@@ -188,6 +190,23 @@ def update_attempt(db: Database, attempt_id: int, event: str | None = None, **fi
         append_event(
             db, event, payload, experiment_id=exp[0] if exp else None, attempt_id=attempt_id
         )
+
+
+def interrupt_active(
+    db: Database, experiment_id: str, error: str, *, ended_at: str | None = None
+) -> list[int]:
+    """Mark the experiment's attempts still queued, running or in final evaluation as
+    interrupted (one ``attempt_interrupted`` event each); returns their ids."""
+    marks = ", ".join("?" for _ in ACTIVE_STATES)
+    ids = [int(row[0]) for row in db.execute(
+        f"SELECT id FROM attempts WHERE experiment_id=? AND state IN ({marks}) ORDER BY id",
+        [experiment_id, *ACTIVE_STATES]).fetchall()]
+    fields: dict[str, Any] = {"state": "interrupted", "error": error}
+    if ended_at is not None:
+        fields["ended_at"] = ended_at
+    for attempt_id in ids:
+        update_attempt(db, attempt_id, "attempt_interrupted", **fields)
+    return ids
 
 
 def add_step(
@@ -393,6 +412,37 @@ def add_skill(
         db, "skill_updated", {"skill_id": skill_id, "kind": kind}, attempt_id=attempt_id
     )
     return skill_id
+
+
+def ensure_edited_skill(
+    db: Database, text: str, source_skill_id: int | None, *, author: str = "config"
+) -> int:
+    """An edited skill with this text that descends from ``source_skill_id`` (the one a
+    person saved before launching it, maybe an edit of an edit), else a new one whose parent
+    is ``source_skill_id``; returns its id."""
+    for (skill_id,) in db.execute(
+        "SELECT id FROM skills WHERE kind='edited' AND text_hash=? ORDER BY id", [text_hash(text)]
+    ).fetchall():
+        if _descends_from(db, int(skill_id), source_skill_id):
+            return int(skill_id)
+    return add_skill(db, text, kind="edited", author=author, parent_skill_id=source_skill_id)
+
+
+def _descends_from(db: Database, skill_id: int, ancestor_id: int | None) -> bool:
+    """Whether ``ancestor_id`` is on the parent chain of ``skill_id`` (None: it has no
+    parent)."""
+    seen: set[int] = set()
+    current: int | None = skill_id
+    while current is not None and current not in seen:
+        seen.add(current)
+        row = db.execute("SELECT parent_skill_id FROM skills WHERE id=?", [current]).fetchone()
+        parent = row[0] if row else None
+        if ancestor_id is None:
+            return parent is None and current == skill_id
+        if parent == ancestor_id:
+            return True
+        current = parent
+    return False
 
 
 def upsert_comparison(db: Database, experiment_id: str, **fields: Any) -> None:

@@ -52,12 +52,14 @@ def run(args: argparse.Namespace) -> int:
         render_text,
         write_csv,
     )
+    from storage.sanitize import clean
 
     if args.draws < 1:
         raise UsageError("--draws must be at least 1")
     outcomes = load_outcomes(args)
     report = analyze(outcomes, AnalysisOptions(permutation_draws=args.draws, seed=args.seed,
                                                fail_flags=tuple(args.fail_flag)))
+    report = clean(report)  # stored names and flags, safe in a terminal and in exports
     if args.figures:
         from engine.analysis.figures import write_figures
 

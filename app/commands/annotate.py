@@ -36,6 +36,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from app.cli import UsageError
     from engine.rubric.annotate import Annotator, annotate
+    from storage.sanitize import clean_text
     from storage.store import Store
 
     if not args.annotator:
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(outcome: Any) -> None:
         status = "ok" if outcome.error is None else f"FAILED: {outcome.error}"
-        print(f"{outcome.subject.title} <- {outcome.annotator}: {status}", flush=True)
+        line = f"{outcome.subject.title} <- {outcome.annotator}: {status}"
+        print(clean_text(line), flush=True)  # errors quote the model's reply
 
     async def go() -> Any:
         with Store(args.db) as store:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from app.commands.db import add_db_argument
+from app.commands.run import add_unsafe_no_jail_argument, unsafe_no_jail
 
 
 def register(subparsers: Any) -> None:
@@ -16,31 +17,33 @@ def register(subparsers: Any) -> None:
                         help="run without the TUI (progress on stderr); exit when done")
     parser.add_argument("--json", action="store_true",
                         help="with --headless: stream engine events as JSON lines")
+    add_unsafe_no_jail_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.demo import demo_config
 
-    config = demo_config()
     if args.headless or args.json:
         from app.commands.run import execute
 
-        return execute(config, args.db, json_events=args.json)
+        return execute(unsafe_no_jail(demo_config(), args), args.db, json_events=args.json)
     from app.cli import UsageError
+    from app.third_party import library_output_to_log
     from storage.db import StorageError
 
+    # with --unsafe-no-jail the config is built now: its warning prints before the TUI
+    config = unsafe_no_jail(demo_config(), args) if args.unsafe_no_jail else None
     try:
         from app.tui import MkbApp
 
         app = MkbApp(args.db)
     except StorageError as exc:
         raise UsageError(str(exc)) from exc
-
-    def start() -> None:
-        app.start_experiment(config)
-        app.notify("demo experiment started: scripted model, local sandbox, CPU preview "
-                   "grading", title="demo")
-
-    app.call_later(start)
-    return int(app.run() or 0)
+    # paint first: the config (it checks the catalog), the agent stack and the plan are
+    # built off the UI loop once the App is on screen
+    app.start_when_ready(demo_config if config is None else (lambda: config),
+                         "demo experiment started: scripted model, local sandbox, CPU "
+                         "preview grading")
+    with library_output_to_log(app.db_path):  # library warnings: not over the TUI
+        return int(app.run() or 0)

@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=kernel_audit.MODES_HELP,
     )
     parser.add_argument(
+        "--unsafe-no-jail",
+        action="store_true",
+        help="UNSAFE: run the submission without the bubblewrap grading jail (it can then "
+        "read and write the host); shown on the feedback",
+    )
+    parser.add_argument(
         "--memory-mb",
         type=int,
         default=None,
@@ -86,6 +92,7 @@ def handle(args: argparse.Namespace) -> int:
         scale=args.scale,
         memory_limit_mb=args.memory_mb,
         kernel_audit=args.kernel_audit,
+        unsafe_no_jail=args.unsafe_no_jail,
     )
     feedback = grade_in_subprocess(request, config, device)
     if args.json:
@@ -124,6 +131,8 @@ def render(fb: dict[str, Any]) -> str:
     else:
         label = "FAIL" if verdict == "fail" else "ERROR"
         lines.append(f"{label}  {fb['problem_id']} ({fb['dsl']}): {fb.get('reason')}")
+    if fb.get("jailed") is False:
+        lines.append("  UNSAFE: the submission ran without the grading jail (--unsafe-no-jail)")
     if fb.get("message") and verdict not in ("preview",):
         lines.append(f"  {fb['message']}")
     for f in fb.get("findings", []):

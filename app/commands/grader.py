@@ -42,6 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=kernel_audit.MODES_HELP,
     )
     serve.add_argument(
+        "--unsafe-no-jail",
+        action="store_true",
+        help="UNSAFE: run submissions without the bubblewrap grading jail",
+    )
+    serve.add_argument(
         "--max-queue",
         type=int,
         default=None,
@@ -92,7 +97,11 @@ def handle_serve(args: argparse.Namespace) -> int:
         backend = LocalBackend(
             gpus=gpus,
             preview_slots=args.preview_slots,
-            config=EvalConfig(timeout_s=args.timeout, kernel_audit=args.kernel_audit),
+            config=EvalConfig(
+                timeout_s=args.timeout,
+                kernel_audit=args.kernel_audit,
+                unsafe_no_jail=args.unsafe_no_jail,
+            ),
             warm=not args.cold,
         )
         await backend.start()

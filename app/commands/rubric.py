@@ -128,6 +128,7 @@ def render_report(data: dict[str, Any]) -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     from engine.rubric.views import report
+    from storage.sanitize import clean
 
     rubric = load_rubric_arg(args.rubric)
     db = open_store_db(args.db, readonly=True)
@@ -136,6 +137,7 @@ def run_report(args: argparse.Namespace) -> int:
         data = report(db, experiment_id=experiment, annotator=args.annotator, rubric=rubric)
     finally:
         db.conn.close()
+    data = clean(data)  # annotator-written names and values, safe to print
     print(json.dumps(data, indent=2) if args.json else render_report(data))
     return 0
 
@@ -177,12 +179,13 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_disagreements(args: argparse.Namespace) -> int:
     from engine.rubric.agreement import disagreements
+    from storage.sanitize import clean
 
     db = open_store_db(args.db, readonly=True)
     try:
         experiment = pick_experiment(db, args.experiment) if args.experiment else None
-        rows = disagreements(db, task=args.task, category=args.category,
-                             experiment_id=experiment)
+        rows = clean(disagreements(db, task=args.task, category=args.category,
+                                   experiment_id=experiment))
     finally:
         db.conn.close()
     if args.json:

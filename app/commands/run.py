@@ -23,7 +23,28 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rerun-stale", action="store_true",
                         help="rerun attempts whose task build or attached skill changed")
     parser.add_argument("--json", action="store_true", help="stream engine events as JSON lines")
+    add_unsafe_no_jail_argument(parser)
     parser.set_defaults(func=run)
+
+
+def add_unsafe_no_jail_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--unsafe-no-jail", action="store_true",
+        help="UNSAFE: run local sandboxes without the bubblewrap agent jail (agents run as "
+             "root and see the whole host); recorded on each attempt")
+
+
+def unsafe_no_jail(config: Any, args: argparse.Namespace) -> Any:
+    """The config with ``--unsafe-no-jail`` applied (local sandboxes only)."""
+    from app.cli import UsageError
+
+    if not getattr(args, "unsafe_no_jail", False):
+        return config
+    if config.sandbox != "local":
+        raise UsageError(f"--unsafe-no-jail applies to the local sandbox, not {config.sandbox!r}")
+    print("WARNING: --unsafe-no-jail: agents run as root without the jail and can read and "
+          "write the whole host (the project, the store, .env keys)", file=sys.stderr)
+    return dataclasses.replace(config, unsafe_no_jail=True)
 
 
 def apply_overrides(config: Any, args: argparse.Namespace) -> Any:
@@ -51,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = apply_overrides(load_config(args.config, check_problems=False), args)
+        config = unsafe_no_jail(config, args)
         validate_problems(config)
         plan = build_plan(config)
     except (ConfigError, KeyError) as exc:
@@ -70,10 +92,7 @@ def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
             json_events: bool = False) -> int:
     """Run a validated config headlessly; prints a summary; returns an exit code."""
     from app.cli import UsageError
-    from app.progress import JsonEventStream, ProgressDisplay
-    from engine.events import EventBus
-    from engine.factory import make_backend, make_runner
-    from engine.scheduler import Engine
+    from app.third_party import library_output_to_log
     from storage.db import StorageError
     from storage.store import Store
 
@@ -81,6 +100,16 @@ def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
         store = Store(db)
     except StorageError as exc:
         raise UsageError(str(exc)) from exc
+    with library_output_to_log(store.path):  # library warnings: not over the progress
+        return _execute(store, config, rerun_stale=rerun_stale, json_events=json_events)
+
+
+def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -> int:
+    from app.progress import JsonEventStream, ProgressDisplay
+    from engine.events import EventBus
+    from engine.factory import make_backend, make_runner
+    from engine.scheduler import Engine
+
     bus = EventBus()
     backend = make_backend(config)
     runner = make_runner(config)

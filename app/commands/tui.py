@@ -1,4 +1,8 @@
-"""`mkb tui [--db DB] [--attach]`: the Textual app (plain `mkb` opens it too)."""
+"""`mkb tui [--db DB] [--attach | --create]`: the Textual app (plain `mkb` opens it too).
+
+A database that does not exist is an error (a mistyped path must not silently become an
+empty store); ``--create`` starts a new one on purpose.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "tui", help="open the terminal UI (launch, watch, inspect experiments)")
     add_db_argument(parser)
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--attach", action="store_true",
         help="read-only view of a database another process writes (tails its events)")
+    mode.add_argument("--create", action="store_true",
+                      help="create the database if it does not exist (else that is an error)")
     parser.add_argument("--theme", help="a Textual theme name, e.g. textual-light")
     parser.add_argument(
         "--serve", type=int, metavar="PORT",
@@ -22,18 +29,29 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def open_tui(db: str | None = None, *, attach: bool = False, theme: str | None = None) -> int:
+def open_tui(
+    db: str | None = None, *, attach: bool = False, theme: str | None = None,
+    create: bool = False,
+) -> int:
     from app.cli import UsageError
-    from storage.db import StorageError
+    from storage.db import StorageError, resolve_path
 
+    path = resolve_path(db)
+    if not attach and not create and not path.exists():
+        raise UsageError(f"no database at {path}: give an existing file, or add --create to "
+                         "start a new one (`mkb demo` makes one with a demo experiment)")
     try:
         from app.tui import MkbApp
 
         app = MkbApp(db, attach=attach, theme=theme)
     except StorageError as exc:
         raise UsageError(str(exc)) from exc
-    result = app.run()
-    return int(result or 0)
+    if attach:
+        return int(app.run() or 0)
+    from app.third_party import library_output_to_log
+
+    with library_output_to_log(app.db_path):  # an owned engine's libraries: not over the TUI
+        return int(app.run() or 0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         except (RuntimeError, StorageError) as exc:
             raise UsageError(str(exc)) from exc
         return 0
-    return open_tui(args.db, attach=args.attach, theme=args.theme)
+    return open_tui(args.db, attach=args.attach, theme=args.theme, create=args.create)
 
 
 def default_command() -> int:

@@ -77,6 +77,13 @@ class Feedback:
     flags: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)  # phase → wall seconds
     log_tail: str = ""
+    # the judge's clock: calibrated no-op round trips of the submission's and the eager
+    # runner, the bound on (judge clock − runner figure), and the runners' own CUDA-event
+    # (or perf_counter) medians, shown for information; scores use the judge's clock
+    clock: dict[str, Any] = field(default_factory=dict)
+    impl_event_median_ms: float | None = None
+    eager_event_median_ms: float | None = None
+    jailed: bool | None = None  # the runner ran in the bubblewrap jail (False: --unsafe-no-jail)
 
     @property
     def scored_pass(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +26,25 @@ class LaunchCounter:
 
     dsl: str
     count: int = 0
-    bypass: bool = False
+    switch: Any = None  # a shared page (mmap) whose first byte the judge sets for bypass calls
+    local_bypass: bool = False
     labels: list[str] = field(default_factory=list)
     kernel_names: set[str] = field(default_factory=set)
     _patches: list[tuple[Any, str, Any]] = field(default_factory=list)
+
+    @property
+    def bypass(self) -> bool:
+        """Skip launches: set by the judge through the shared page (or locally in tests)."""
+        if self.switch is not None:
+            return bool(self.switch[0])
+        return self.local_bypass
+
+    @bypass.setter
+    def bypass(self, value: bool) -> None:
+        if self.switch is not None:
+            self.switch[0] = 1 if value else 0
+        else:
+            self.local_bypass = value
 
     def record(self, label: str) -> None:
         self.count += 1
@@ -149,8 +165,6 @@ def _install_tirx(counter: LaunchCounter) -> bool:
 
     def collect_names(modules: list[Any]) -> None:
         """Kernel names for the profiler cross-check, from the generated CUDA source."""
-        from engine.grading.kernel_audit import cuda_kernel_names
-
         for m in modules:
             if id(m) in named:
                 continue
@@ -183,9 +197,11 @@ def _install_tirx(counter: LaunchCounter) -> bool:
     return counter.patch(module_cls, "get_function", make)
 
 
-def install(dsl: str) -> LaunchCounter | None:
-    """Install the hooks for ``dsl`` ("cute" or "tirx"); None when the DSL is not importable."""
-    counter = LaunchCounter(dsl)
+def install(dsl: str, switch: Any = None) -> LaunchCounter | None:
+    """Install the hooks for ``dsl`` ("cute" or "tirx"); None when the DSL is not importable.
+
+    ``switch``: a shared page whose first byte turns bypass on (the judge owns it)."""
+    counter = LaunchCounter(dsl, switch=switch)
     installer = {"cute": _install_cute, "tirx": _install_tirx}.get(dsl)
     if installer is None:
         raise ValueError(f"unknown DSL {dsl!r}")
@@ -201,3 +217,49 @@ def dsl_available(dsl: str) -> bool:
     except Exception:  # noqa: BLE001
         return False
     return True
+
+
+# -- measurement for the profiler cross-check (decided by kernel_audit in the judge) ----
+CONTROL_NAME_HINTS = ("fill", "add", "elementwise", "vectorized")
+GLOBAL_FUNCTION = re.compile(
+    r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\("
+)
+
+
+def cuda_kernel_names(source: str) -> set[str]:
+    """``__global__`` function names in generated CUDA C (how TIRx names its kernels)."""
+    return set(GLOBAL_FUNCTION.findall(source))
+
+
+def profiled_kernel_names(call: Callable[[], Any]) -> tuple[list[str], bool] | None:
+    """GPU kernel names seen while ``call`` runs (plus a control kernel), and whether the
+    control was seen. None when the profiler cannot run here."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except Exception:  # noqa: BLE001 - no profiler on this host
+        return None
+    if not torch.cuda.is_available():
+        return None
+    marker = torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    raised: BaseException | None = None
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            marker.add_(1.0)  # the control kernel
+            torch.cuda.synchronize()
+            try:
+                call()
+                torch.cuda.synchronize()
+            except BaseException as exc:  # noqa: BLE001 - the call's own failure, re-raised
+                raised = exc
+    except Exception:  # noqa: BLE001 - CUPTI unavailable or busy
+        if raised is None:
+            return None
+    if raised is not None:
+        raise raised
+    names = [
+        str(e.name) for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")
+    ]
+    control_seen = bool(names) and any(h in n.lower() for n in names for h in CONTROL_NAME_HINTS)
+    return names, control_seen

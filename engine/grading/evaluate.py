@@ -44,6 +44,11 @@ class EvalConfig:
     # Profiler cross-check of DSL launches: "report" records it, "enforce" also rejects an
     # unconfirmed launch (dsl.launch_unconfirmed), "off" skips the extra profiled call.
     kernel_audit: str = "report"
+    # Run submissions without the bubblewrap jail (recorded on the feedback); never the default.
+    unsafe_no_jail: bool = False
+    # submission runners each warm slot keeps started ahead (each imports torch and the DSLs
+    # in seconds; back-to-back evaluations on a GPU want several)
+    spare_runners: int = 2
 
     def __post_init__(self) -> None:
         if self.kernel_audit not in kernel_audit.MODES:
@@ -138,6 +143,10 @@ def make_job(request: GradeRequest, device: str, config: EvalConfig, workdir: st
         "seeds": seeds,
         "recheck": recheck,
         "memory_limit_mb": limits.memory_limit_mb if device == "cpu" else None,
+        "rss_limit_mb": limits.memory_limit_mb,
+        "timeout_s": limits.timeout_s,
+        "eager_timeout_s": limits.eager_timeout_s,
+        "unsafe_no_jail": config.unsafe_no_jail,
         "workdir": workdir,
         "problem_path": config.problem_paths.get(request.problem_id),
         "dsl_checks": device == "cuda" if config.dsl_checks is None else config.dsl_checks,
@@ -214,6 +223,14 @@ def feedback_from(request: GradeRequest, outcome: Outcome, device: str) -> Feedb
         flags=list(data.get("flags") or []),
         timings_s=timings,
         log_tail=outcome.log_tail,
+        clock={
+            k: v
+            for k, v in (("submission", data.get("clock")), ("eager", data.get("eager_clock")))
+            if v
+        },
+        impl_event_median_ms=data.get("impl_event_median_ms"),
+        eager_event_median_ms=data.get("eager_event_median_ms"),
+        jailed=data.get("jailed"),
     )
     if outcome.result is None:
         phase = outcome.last_phase or "start"

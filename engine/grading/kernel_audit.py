@@ -17,9 +17,12 @@ Imports torch only, inside the functions.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
+
+from engine.grading.dsl_hooks import cuda_kernel_names, profiled_kernel_names
+
+__all__ = ["MODES", "cross_check", "cuda_kernel_names", "profiled_kernel_names"]
 
 MODES = ("report", "enforce", "off")
 MODES_HELP = (
@@ -27,51 +30,6 @@ MODES_HELP = (
     "fails unconfirmed launches (dsl.launch_unconfirmed), off skips it"
 )
 MAX_NAMES = 16
-CONTROL_NAME_HINTS = ("fill", "add", "elementwise", "vectorized")
-GLOBAL_FUNCTION = re.compile(
-    r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\("
-)
-
-
-def cuda_kernel_names(source: str) -> set[str]:
-    """``__global__`` function names in generated CUDA C (how TIRx names its kernels)."""
-    return set(GLOBAL_FUNCTION.findall(source))
-
-
-def profiled_kernel_names(call: Callable[[], Any]) -> tuple[list[str], bool] | None:
-    """GPU kernel names seen while ``call`` runs (plus a control kernel), and whether the
-    control was seen. None when the profiler cannot run here."""
-    try:
-        import torch
-        from torch.profiler import ProfilerActivity, profile
-    except Exception:  # noqa: BLE001 - no profiler on this host
-        return None
-    if not torch.cuda.is_available():
-        return None
-    marker = torch.zeros(1, device="cuda")
-    torch.cuda.synchronize()
-    raised: BaseException | None = None
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            marker.add_(1.0)  # the control kernel
-            torch.cuda.synchronize()
-            try:
-                call()
-                torch.cuda.synchronize()
-            except BaseException as exc:  # noqa: BLE001 - the call's own failure, re-raised
-                raised = exc
-    except Exception:  # noqa: BLE001 - CUPTI unavailable or busy
-        if raised is None:
-            return None
-    if raised is not None:
-        raise raised
-    names = [
-        str(e.name)
-        for e in prof.events()
-        if str(getattr(e, "device_type", "")).endswith("CUDA")
-    ]
-    control_seen = bool(names) and any(h in n.lower() for n in names for h in CONTROL_NAME_HINTS)
-    return names, control_seen
 
 
 def _matches(observed: str, compiled: str) -> bool:

@@ -42,9 +42,20 @@ class WorkerDied(RuntimeError):
 class WarmParent:
     """One ``engine.grading.zygote`` process and its JSON-lines control channel."""
 
-    def __init__(self, env: dict[str, str], preload_dsls: bool = True, start_timeout_s=600.0):
+    def __init__(
+        self,
+        env: dict[str, str],
+        preload_dsls: bool = True,
+        start_timeout_s: float = 600.0,
+        spare_device: str = "none",
+        unsafe_no_jail: bool = False,
+        spares: int = 1,
+    ):
         self.env = env
         self.preload_dsls = preload_dsls
+        self.spare_device = spare_device
+        self.spares = spares
+        self.unsafe_no_jail = unsafe_no_jail
         self.start_timeout_s = start_timeout_s
         self.proc: asyncio.subprocess.Process | None = None
         self.ready: dict[str, Any] = {}
@@ -58,6 +69,9 @@ class WarmParent:
         args = [sys.executable, "-m", "engine.grading.zygote"]
         if not self.preload_dsls:
             args.append("--no-dsls")
+        args += ["--spare-device", self.spare_device, "--spares", str(self.spares)]
+        if self.unsafe_no_jail:
+            args.append("--unsafe-no-jail")
         self.proc = await asyncio.create_subprocess_exec(
             *args,
             stdin=asyncio.subprocess.PIPE,
@@ -127,12 +141,29 @@ class Slot:
     """One place an evaluation can run: a GPU (pinned) or a CPU preview slot."""
 
     def __init__(
-        self, label: str, device: str, env: dict[str, str], warm: bool, preload_dsls: bool
+        self,
+        label: str,
+        device: str,
+        env: dict[str, str],
+        warm: bool,
+        preload_dsls: bool,
+        unsafe_no_jail: bool = False,
+        spares: int = 1,
     ) -> None:
         self.label = label
         self.device = device
         self.env = env
-        self.parent = WarmParent(env, preload_dsls) if warm else None
+        self.parent = (
+            WarmParent(
+                env,
+                preload_dsls,
+                spare_device=device,
+                unsafe_no_jail=unsafe_no_jail,
+                spares=spares,
+            )
+            if warm
+            else None
+        )
         self.evaluations = 0
         self.fell_back = False
 
@@ -180,11 +211,32 @@ class LocalBackend:
         self.slots: list[Slot] = []
         for gpu in gpu_ids:
             env = child_env({**self.config.env, "CUDA_VISIBLE_DEVICES": str(gpu)})
-            self.slots.append(Slot(f"gpu{gpu}", "cuda", env, warm, preload_dsls))
+            self.slots.append(
+                Slot(
+                    f"gpu{gpu}",
+                    "cuda",
+                    env,
+                    warm,
+                    preload_dsls,
+                    self.config.unsafe_no_jail,
+                    self.config.spare_runners,
+                )
+            )
         if not gpu_ids:
             for i in range(max(1, preview_slots)):
                 env = child_env({**self.config.env, "CUDA_VISIBLE_DEVICES": ""})
-                self.slots.append(Slot(f"cpu{i}", "cpu", env, warm, preload_dsls))
+                self.slots.append(
+                    Slot(
+                        f"cpu{i}",
+                        "cpu",
+                        env,
+                        warm,
+                        preload_dsls,
+                        self.config.unsafe_no_jail,
+                        # CPU preview runners start in about a second: one is enough
+                        min(1, self.config.spare_runners),
+                    )
+                )
         self._free: asyncio.Queue[Slot] | None = None
         self.waiting = 0
         self.completed = 0

@@ -131,7 +131,9 @@ def supervise(
             return
         if message.get("kind") == "phase":
             outcome.phases.append(str(message.get("data")))
-            if message.get("data") == "eager_done":
+            if message.get("data") == "eager_done":  # starting the runner: bounded apart
+                deadline = time.monotonic() + limits.eager_timeout_s
+            elif message.get("data") == "import":  # the submission's own time starts
                 deadline = time.monotonic() + limits.timeout_s
         elif message.get("kind") == "result" and outcome.result is None:
             outcome.result = message.get("data") if isinstance(message.get("data"), dict) else {}
@@ -203,12 +205,12 @@ def run_subprocess(
     env_extra: dict[str, str] | None = None,
     python: str | None = None,
 ) -> Outcome:
-    """Grade ``job`` in a fresh ``python -m engine.grading.worker`` child (blocking)."""
+    """Judge ``job`` in a fresh ``python -m engine.grading.judge`` child (blocking)."""
     read_fd, write_fd = os.pipe()
     log_path = Path(workdir) / "worker.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [python or sys.executable, "-m", "engine.grading.worker", "--result-fd", str(write_fd)],
+            [python or sys.executable, "-m", "engine.grading.judge", "--result-fd", str(write_fd)],
             stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,7 +1,9 @@
-"""The warm parent: imports torch, the catalog and the DSLs once, then forks one child per job.
+"""The warm parent: imports torch, the catalog and the DSLs once, then forks one judge per job.
 
-Run as ``python -m engine.grading.zygote [--no-dsls]``. It never initialises CUDA (so forked
-children can), and talks JSON lines on its stdin/stdout with the backend that started it:
+Run as ``python -m engine.grading.zygote [--no-dsls] [--spare-device cpu|cuda]``. It never
+initialises CUDA (so forked judges can), keeps one submission runner started ahead of the
+next job (a fresh jailed process each time, never a fork of this one), and talks JSON lines
+on its stdin/stdout with the backend that started it:
 
 * out ``{"kind": "ready", "pid": …, "preloaded": […]}`` once imports are done;
 * in ``{"kind": "job", "job": {…}, "limits": {…}}`` → out ``{"kind": "started", "pid": …}``
@@ -25,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.grading.runner_proc import RunnerOptions, RunnerProcess
+
 DSL_MODULES = ("cutlass", "cutlass.cute", "tvm", "tvm_ffi")
 
 
@@ -35,11 +39,13 @@ def preload(dsls: bool) -> list[str]:
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 - see Evaluation.run
 
-    import engine.grading.dsl_hooks  # noqa: F401
-    import engine.grading.guards  # noqa: F401
+    import engine.grading.judge  # noqa: F401
+    import engine.grading.kernel_audit  # noqa: F401
+    import engine.grading.runner  # noqa: F401
     import engine.grading.timing  # noqa: F401
-    import engine.grading.worker  # noqa: F401
+    import engine.grading.wire  # noqa: F401
     import problems.compare  # noqa: F401
+    import problems.sol  # noqa: F401
     from problems.registry import catalog
 
     catalog()
@@ -54,8 +60,10 @@ def preload(dsls: bool) -> list[str]:
     return loaded
 
 
-def run_child(job: dict[str, Any], write_fd: int, control: Sequence[int]) -> None:
-    """In the forked child: isolate, redirect, evaluate, and exit without returning."""
+def run_child(
+    job: dict[str, Any], write_fd: int, control: Sequence[int], spare: RunnerProcess | None
+) -> None:
+    """In the forked child: isolate, redirect, judge, and exit without returning."""
     code = 0
     try:
         os.setsid()
@@ -67,9 +75,11 @@ def run_child(job: dict[str, Any], write_fd: int, control: Sequence[int]) -> Non
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.chdir(job["workdir"])
-        from engine.grading.worker import run_job
+        from engine.grading.judge import run_job
 
-        run_job(job, write_fd)
+        if spare is not None:
+            spare.popen = None  # the warm parent reaps it; this child watches its socket
+        run_job(job, write_fd, spare)
     except BaseException:  # noqa: BLE001
         code = 70
     finally:
@@ -78,7 +88,62 @@ def run_child(job: dict[str, Any], write_fd: int, control: Sequence[int]) -> Non
         os._exit(code)
 
 
-def serve(control_in: int, control_out: int) -> None:
+class Spares:
+    """Submission runners started ahead of the next jobs (a fresh process per job, oldest
+    first): a runner needs seconds to import torch and the DSLs, a warm evaluation less."""
+
+    def __init__(self, options: RunnerOptions | None, count: int = 1) -> None:
+        self.options = options
+        self.count = max(0, count)
+        self.pool: list[RunnerProcess] = []
+        self.started: list[int] = []
+
+    def refill(self) -> None:
+        while self.options is not None and len(self.pool) < self.count:
+            try:
+                spare = RunnerProcess.spawn(self.options)
+            except Exception:  # noqa: BLE001 - the judge starts one itself (and says why not)
+                return
+            self.pool.append(spare)
+            self.started.append(spare.pid)
+
+    def take(self, job: dict[str, Any]) -> RunnerProcess | None:
+        """The oldest spare if it suits ``job`` (same device, same jail choice), else None."""
+        if not self.pool or self.options is None:
+            return None
+        spare = self.pool.pop(0)
+        suits = job["device"] == self.options.device and (
+            bool(job.get("unsafe_no_jail")) != self.options.jail
+        )
+        if not suits or spare.exited():
+            spare.close()
+            return None
+        return spare
+
+    def after_fork(self, given: RunnerProcess | None) -> None:
+        """In the parent: drop our end of the runner the child took."""
+        if given is not None:
+            with contextlib.suppress(OSError):
+                given.sock.close()
+            with contextlib.suppress(Exception):
+                given.switch.close()
+            given.scratch = None  # the child removes it
+
+    def reap(self) -> None:
+        for pid in list(self.started):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.started.remove(pid)
+
+    def close(self) -> None:
+        while self.pool:
+            self.pool.pop().close()
+
+
+def serve(control_in: int, control_out: int, spares: Spares) -> None:
     from engine.grading.supervise import Limits, Outcome, supervise
 
     reader = os.fdopen(control_in, "rb")
@@ -88,6 +153,7 @@ def serve(control_in: int, control_out: int) -> None:
         while data:
             data = data[os.write(control_out, data) :]
 
+    spares.refill()
     while True:
         line = reader.readline()
         if not line:
@@ -98,15 +164,18 @@ def serve(control_in: int, control_out: int) -> None:
         if message.get("kind") != "job":
             continue
         job, limits = message["job"], Limits(**message.get("limits", {}))
+        spare = spares.take(job)
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
-            run_child(job, write_fd, (control_in, control_out))
+            run_child(job, write_fd, (control_in, control_out), spare)
         os.close(write_fd)
+        spares.after_fork(spare)
         send({"kind": "started", "pid": pid})
+        spares.refill()  # the next job's runner imports while this one is judged
 
         def poll(pid: int = pid) -> int | None:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -122,12 +191,21 @@ def serve(control_in: int, control_out: int) -> None:
             os.close(read_fd)
         with contextlib.suppress(ChildProcessError):  # reap if not collected yet
             os.waitpid(pid, os.WNOHANG)
+        spares.reap()
         send({"kind": "outcome", "outcome": outcome.to_dict()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.grading.zygote")
     parser.add_argument("--no-dsls", action="store_true", help="do not preload the DSLs")
+    parser.add_argument(
+        "--spare-device",
+        choices=("cpu", "cuda", "none"),
+        default="none",
+        help="keep one submission runner for this device started ahead of each job",
+    )
+    parser.add_argument("--unsafe-no-jail", action="store_true", help="spare runners unjailed")
+    parser.add_argument("--spares", type=int, default=1, help="runners kept started ahead")
     args = parser.parse_args(argv)
     control_in, control_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -142,7 +220,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "import_s": round(time.monotonic() - start, 3),
     }
     os.write(control_out, (json.dumps(ready) + "\n").encode())
-    serve(control_in, control_out)
+    options = None
+    if args.spare_device != "none":
+        options = RunnerOptions(
+            device=args.spare_device, preload_dsls=not args.no_dsls, jail=not args.unsafe_no_jail
+        )
+    spares = Spares(options, args.spares)
+    try:
+        serve(control_in, control_out, spares)
+    finally:
+        spares.close()
     return 0
 
 

@@ -1,1 +1,2 @@
-"""Sandboxes for agent attempts: Harbor environment classes (default: Linux namespaces)."""
+"""Sandboxes for agent attempts: Harbor environment classes (default: a bubblewrap jail per
+attempt, built with the standard-library jail library ``engine.sandbox.jail``)."""

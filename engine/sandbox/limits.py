@@ -1,4 +1,5 @@
-"""CPU and memory limits for a sandbox through cgroups (v1 or v2), where the host allows it."""
+"""CPU, memory and process-count limits for a sandbox through cgroups (v1 or v2), where the
+host allows it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class CgroupLimits:
     name: str
     cpus: float | None
     memory_mb: int | None
+    pids: int | None = None  # most processes (and threads) at once
     root: Path = CGROUP_ROOT
     dirs: list[Path] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
@@ -43,6 +45,8 @@ class CgroupLimits:
         if self.cpus:
             quota = int(self.cpus * CFS_PERIOD_US)
             self._write(path / "cpu.max", f"{quota} {CFS_PERIOD_US}", "cpu")
+        if self.pids:
+            self._write(path / "pids.max", str(self.pids), "pids")
 
     def _create_v1(self) -> None:
         wanted = []
@@ -50,6 +54,8 @@ class CgroupLimits:
             wanted.append(("memory", "memory.limit_in_bytes", str(self.memory_mb * 1024 * 1024)))
         if self.cpus:
             wanted.append(("cpu", "cpu.cfs_quota_us", str(int(self.cpus * CFS_PERIOD_US))))
+        if self.pids:
+            wanted.append(("pids", "pids.max", str(self.pids)))
         for controller, knob, value in wanted:
             base = self.root / controller
             if not base.is_dir():

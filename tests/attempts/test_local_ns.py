@@ -42,27 +42,32 @@ def _env(tmp_path: Path, **kwargs) -> LocalNamespaceEnvironment:
 
 
 @needs_namespaces
-async def test_isolation_transfer_and_cleanup(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+@pytest.mark.parametrize("unsafe", [False, True], ids=["jail", "unsafe-no-jail"])
+async def test_isolation_transfer_and_cleanup(tmp_path: Path, unsafe: bool) -> None:
+    env = _env(tmp_path, unsafe_no_jail=unsafe)
     await env.start(force_build=False)
     try:
         r = await env.exec(
-            "pwd; cat hello.txt; ls Dockerfile 2>&1; echo $HOME; echo ${OPENAI_API_KEY:-none}"
+            "pwd; cat hello.txt; ls Dockerfile 2>&1; echo $HOME; echo ${OPENAI_API_KEY:-none}; "
+            "id -u"
         )
         out = r.stdout.splitlines()
         assert out[0] == "/workspace" and out[1] == "from the task"
         assert "No such file" in out[2]  # the Dockerfile is not copied into the workdir
         assert out[3] == local_ns.SANDBOX_HOME and out[4] == "none"
+        assert out[5] == ("0" if unsafe else "1000")  # the jail runs as an unprivileged uid
 
         net = await env.exec("tail -n +3 /proc/net/dev | cut -d: -f1; ip -o link show lo")
         names = net.stdout.splitlines()[:-1]
         assert [n.strip() for n in names] == ["lo"]  # no interface but the loopback…
-        assert "state DOWN" in net.stdout.splitlines()[-1]  # …and that one is down
+        # …down in the namespace-only sandbox, up (and private) in the jail
+        assert ("state DOWN" if unsafe else "LOOPBACK,UP") in net.stdout.splitlines()[-1]
 
         await env.exec("echo private > /tmp/mine.txt")
         assert not Path("/tmp/mine.txt").exists()  # /tmp is private
         pid1 = await env.exec("cat /proc/1/cmdline | tr '\\0' ' '")
-        assert pid1.stdout.startswith("sleep")  # own PID namespace
+        # own PID namespace: its PID 1 is the holder (or the jail's bwrap init)
+        assert pid1.stdout.startswith("sleep" if unsafe else "bwrap")
 
         src = tmp_path / "up.txt"
         src.write_text("uploaded")
@@ -72,6 +77,9 @@ async def test_isolation_transfer_and_cleanup(tmp_path: Path) -> None:
         await env.download_dir("/mkb/box", tmp_path / "box")
         assert sorted(p.name for p in (tmp_path / "box").iterdir()) == ["a", "b"]
         await env.exec("echo agent-log > /logs/agent/note.txt")
+        if not unsafe:  # jailed, Harbor's logs are private to the jail and downloaded
+            assert not env.capabilities.mounted
+            await env.download_dir("/logs/agent", tmp_path / "trial" / "agent")
         assert (tmp_path / "trial" / "agent" / "note.txt").read_text() == "agent-log\n"
 
         slow = await env.exec("sleep 5", timeout_sec=1)
@@ -118,8 +126,12 @@ async def test_memory_limit_applies_where_cgroups_allow(tmp_path: Path) -> None:
         assert limits is not None
         if "memory" not in limits.applied:
             pytest.skip(f"cgroups not writable here: {limits.problems}")
+        host_view = Path(f"/proc/{env.init_pid}/cgroup").read_text()
+        assert f"/mkb-{limits.name}" in host_view  # the jail lives in the sandbox's cgroup…
         r = await env.exec("cat /proc/self/cgroup")
-        assert f"mkb-{limits.name}" in r.stdout
+        assert r.return_code == 0 and "mkb-" not in r.stdout  # …seen as its cgroup ns root
+        if "pids" in limits.applied:
+            assert any((d / "pids.max").is_file() for d in limits.dirs)
         hog = await env.exec(
             "python3 -c \"b = bytearray(900 * 1024 * 1024); print('allocated')\"", timeout_sec=60
         )
@@ -151,8 +163,10 @@ def test_mkb_sandbox_check_reports_the_host(capsys: pytest.CaptureFixture[str]) 
 
     code = mkb(["sandbox", "check", "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert set(report) >= {"namespaces", "tmux", "limits_applied", "dsl_packages"}
-    assert code == (0 if report["namespaces"] == "ok" and report["tmux"] != "missing" else 1)
+    assert set(report) >= {"namespaces", "tmux", "limits_applied", "dsl_packages", "jail"}
+    jail_ok = all(v == "pass" for v in report["jail"].values())
+    host_ok = report["namespaces"] == "ok" and not report["tmux"].startswith("missing")
+    assert code == (0 if host_ok and jail_ok else 1)
     assert (report["namespaces"] == "ok") == (local_ns.namespace_support_problem() is None)
 
 

@@ -24,7 +24,10 @@ def grade_with_fake_dsl() -> Iterator[Callable[[str], Feedback]]:
         timeout_s=10.0,
         memory_limit_mb=3072,
         dsl_checks=True,
-        env={"PYTHONPATH": f"{FIXTURES / 'fake_dsl'}:{REPO_ROOT}"},
+        env={
+            "PYTHONPATH": f"{FIXTURES / 'fake_dsl'}:{REPO_ROOT}",
+            "MKB_RUNNER_PATHS": str(FIXTURES / "fake_dsl"),
+        },
     )
     runner = asyncio.Runner()
     backend = LocalBackend(gpus=None, config=config, preload_dsls=True)

@@ -83,12 +83,13 @@ def test_usage_errors_exit_two(args: tuple[str, ...]) -> None:
             ("app.commands.grade", "engine.grading.evaluate"),
             ("torch", "aiohttp", "textual", "harbor", "sqlite_utils"),
         ),
-        # the worker path on a GPU host: torch, numpy and the DSLs only
+        # the judge path on a GPU host: torch, numpy and the DSLs only
         (
             (
-                "engine.grading.worker",
+                "engine.grading.judge",
                 "engine.grading.zygote",
-                "engine.grading.guards",
+                "engine.grading.wire",
+                "engine.grading.runner_proc",
                 "engine.grading.dsl_hooks",
                 "engine.grading.timing",
                 "problems.registry",

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from engine.grading import kernel_audit
+from engine.grading import dsl_hooks
 from engine.grading.dsl_hooks import LaunchCounter
 from engine.grading.evaluate import EvalConfig
+from engine.grading.judge import Judge, Rejected
 from engine.grading.kernel_audit import cross_check, cuda_kernel_names, profiled_kernel_names
-from engine.grading.worker import Evaluation, Rejected
+from engine.grading.runner import Runner
 
 TORCH_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
 CUTE = "kernel_cutlass_rmsnorm_tensorptrf32_0"
@@ -71,16 +72,30 @@ class _Channel:
         self.sent.append((kind, data))
 
 
-def _evaluation(mode: str) -> tuple[Evaluation, LaunchCounter, _Channel]:
-    """An evaluation on a pretend GPU whose profiled call counts one hooked launch."""
+class _RunnerLink:
+    """The judge's link to a real runner-side ``Runner.audit`` (no process in between)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def request(self, message: dict[str, Any], deadline: float) -> tuple[dict, list, float]:
+        assert message == {"op": "audit"}
+        return self.runner.audit(message), [], 0.0
+
+
+def _judge(mode: str) -> tuple[Judge, LaunchCounter, _Channel]:
+    """A judge on a pretend GPU whose runner's profiled call counts one hooked launch."""
     counter = LaunchCounter("cute", kernel_names={CUTE})
-    evaluation = Evaluation.__new__(Evaluation)
+    runner = Runner.__new__(Runner)
+    runner.cuda, runner.counter, runner.last_inputs = True, counter, []
+    runner.solve = lambda: counter.record("cute")
+    judge = Judge.__new__(Judge)
     channel = _Channel()
-    evaluation.job = {"dsl": "cute", "kernel_audit": mode, "seeds": {"warmup": [7]}}
-    evaluation.cuda, evaluation.counter, evaluation.channel = True, counter, channel
-    evaluation.result, evaluation.timings = {}, {}
-    evaluation.call = lambda solve, seed: counter.record("cute")  # type: ignore[method-assign]
-    return evaluation, counter, channel
+    judge.job = {"dsl": "cute", "kernel_audit": mode}
+    judge.cuda, judge.channel, judge.deadline = True, channel, 1e18
+    judge.result, judge.timings, judge.base_threads = {}, {}, None
+    judge.runner = _RunnerLink(runner)  # type: ignore[assignment]
+    return judge, counter, channel
 
 
 @pytest.fixture
@@ -90,35 +105,35 @@ def profiler_sees(monkeypatch: pytest.MonkeyPatch):
             call()
             return names, True
 
-        monkeypatch.setattr(kernel_audit, "profiled_kernel_names", fake)
+        monkeypatch.setattr(dsl_hooks, "profiled_kernel_names", fake)
 
     return install
 
 
 def test_enforce_rejects_an_unconfirmed_launch(profiler_sees) -> None:
     profiler_sees([TORCH_ADD])
-    evaluation, _, channel = _evaluation("enforce")
+    judge, _, channel = _judge("enforce")
     with pytest.raises(Rejected) as caught:
-        evaluation.audit_kernels(solve=lambda: None)
+        judge.audit_kernels()
     assert caught.value.code == "dsl.launch_unconfirmed"
-    assert evaluation.result["kernel_audit"]["hooked_launches"] == 1
+    assert judge.result["kernel_audit"]["hooked_launches"] == 1
     assert ("phase", "kernel_audit") in channel.sent
 
 
 def test_report_records_without_rejecting(profiler_sees) -> None:
     profiler_sees([TORCH_ADD])
-    evaluation, _, _ = _evaluation("report")
-    evaluation.audit_kernels(solve=lambda: None)
-    assert evaluation.result["kernel_audit"]["status"] == "unconfirmed"
-    assert evaluation.result["kernel_audit"]["mode"] == "report"
-    assert evaluation.result["flags"] == ["kernel_audit.unconfirmed"]  # for exclusion rules
+    judge, _, _ = _judge("report")
+    judge.audit_kernels()
+    assert judge.result["kernel_audit"]["status"] == "unconfirmed"
+    assert judge.result["kernel_audit"]["mode"] == "report"
+    assert judge.result["flags"] == ["kernel_audit.unconfirmed"]  # for exclusion rules
 
 
 def test_enforce_passes_a_confirmed_launch_and_off_skips_the_call(profiler_sees) -> None:
     profiler_sees([TORCH_ADD, CUTE])
-    evaluation, _, _ = _evaluation("enforce")
-    evaluation.audit_kernels(solve=lambda: None)
-    assert evaluation.result["kernel_audit"]["status"] == "confirmed"
-    evaluation, counter, _ = _evaluation("off")
-    evaluation.audit_kernels(solve=lambda: None)
-    assert "kernel_audit" not in evaluation.result and counter.count == 0
+    judge, _, _ = _judge("enforce")
+    judge.audit_kernels()
+    assert judge.result["kernel_audit"]["status"] == "confirmed"
+    judge, counter, _ = _judge("off")
+    judge.audit_kernels()
+    assert "kernel_audit" not in judge.result and counter.count == 0

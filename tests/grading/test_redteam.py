@@ -10,6 +10,7 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 CHEATS = sorted((FIXTURES / "cheats").glob("*.py"))
 HONEST = sorted((FIXTURES / "honest").glob("*.py"))
+INERT = sorted((FIXTURES / "inert").glob("*.py"))
 
 
 def read_expectations(path: Path) -> tuple[str, str]:
@@ -57,6 +58,16 @@ def test_honest_submission_previews(grade, path: Path) -> None:
     assert feedback.impl_median_ms and feedback.impl_median_ms > 0
     assert feedback.eager_median_ms and feedback.eager_median_ms > 0
     assert 0 < feedback.speedup <= 100
+
+
+@pytest.mark.parametrize("path", INERT, ids=lambda p: p.stem)
+def test_inert_patch_buys_nothing(grade, path: Path) -> None:
+    """Patches of clocks the runner no longer uses: an honest preview at an honest speed."""
+    feedback = grade(path.read_text(), "p28")
+    assert feedback.verdict == "preview", (feedback.reason, feedback.message)
+    honest = grade((FIXTURES / "honest" / "p28_plain.py").read_text(), "p28")
+    assert feedback.speedup is not None and honest.speedup is not None
+    assert feedback.speedup < 3 * honest.speedup + 1  # a patched clock would read ~100x
 
 
 def test_oversized_source_is_rejected(grade) -> None:

@@ -203,3 +203,21 @@ def test_group_commit_isolates_a_failing_write(store: Store) -> None:
         bad.result(timeout=10)
     kinds = [e.kind for e in store.read_sync(queries.events_after, 0)]
     assert kinds.count("ok") == 40 and "doomed" not in kinds
+
+
+def test_edited_skills_keep_their_lineage_and_are_reused(db_path: Path) -> None:
+    db = open_db(db_path)
+    attempt_id = _experiment_with_attempt(db)
+    source = writes.add_skill(db, "# original", attempt_id=attempt_id)
+    saved = writes.add_skill(db, "# edited", kind="edited", author="ana",
+                             parent_skill_id=source)  # a person's edit, saved in the TUI
+    assert writes.ensure_edited_skill(db, "# edited", source) == saved  # the run reuses it
+    again = writes.add_skill(db, "# edited twice", kind="edited", author="ana",
+                             parent_skill_id=saved)  # an edit of that edit
+    assert writes.ensure_edited_skill(db, "# edited twice", source) == again
+    other_source = writes.add_skill(db, "# another problem's skill", attempt_id=attempt_id)
+    new = writes.ensure_edited_skill(db, "# edited", other_source)  # same text, other lineage
+    assert new not in (saved, again)
+    row = queries.skill(db, new)
+    assert row is not None and row.kind == "edited" and row.parent_skill_id == other_source
+    assert row.author == "config"

@@ -143,3 +143,30 @@ async def test_status_line_shows_the_engine_grading_slots(make_app) -> None:
         screen.tick_elapsed()
         assert "grading 2/2 busy, 0 waiting" in str(status.content)
         app.engine_state = "idle"
+
+
+async def test_filters_take_quoted_values_problem_forms_and_model_parts(
+    make_app, seeded_db: Path
+) -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 17)
+        for text, total in (
+            ('family:"MLP & Norm"', 9),  # a quoted value with spaces
+            ("family:'mlp & norm' state:finished", 8),
+            ("family:attention", 8),
+            ("problem:28", 9),  # a number
+            ("problem:p28", 9),
+            ("problem:fused_add_rmsnorm_h4096_llama31_8b_bf16", 9),  # the slug
+            ("problem:gqa_paged", 8),  # part of a slug
+            ("model:model-", 17),  # a prefix
+            ("model:B", 9),  # a part, any case
+            ('model:b arm:solo_cute problem:"p28"', 2),
+            ("problem:nonesuch", 0),
+        ):
+            loads = screen.loads
+            screen.set_filter(text)
+            await wait_until(pilot, lambda text=text, loads=loads: screen.filter_text == text
+                             and screen.loads > loads)
+            await wait_until(pilot, lambda total=total: screen.total == total, timeout=5)

@@ -35,3 +35,48 @@ async def test_lift_tables_and_drill_down(make_app) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, TransferScreen))
         await pilot.press("escape", "escape")
         await wait_until(pilot, lambda: isinstance(app.screen, LiftScreen))
+
+
+NEW_EXPERIMENT = """\
+[experiment]
+name = "fresh"
+id = "fresh"
+problems = ["p28"]
+agent = "simulated"
+grading = "simulated"
+max_submissions = 1
+
+[[models]]
+name = "gamma"
+"""
+
+
+async def test_a_new_experiment_replaces_drilled_in_screens(make_app) -> None:
+    from engine.config import parse_config
+    from screens.attempt_detail import AttemptDetailScreen
+    from screens.attempts import AttemptsScreen
+    from screens.launch import LaunchScreen
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.screen.total == 17)
+        app.open_attempt(1)  # drilled in on the Attempts mode ...
+        await wait_until(pilot, lambda: isinstance(app.screen, AttemptDetailScreen))
+        await pilot.press("2")  # ... and on the Lift mode
+        await wait_until(pilot, lambda: isinstance(app.screen, LiftScreen)
+                         and app.screen.report is not None, timeout=30)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ComparisonListScreen))
+        await pilot.press("3")
+        await wait_until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        app.start_experiment(parse_config(NEW_EXPERIMENT, "<test>"))
+        await wait_until(pilot, lambda: app.engine_state == "idle", timeout=30)
+        app.set_focus(None)
+        await pilot.press("2")
+        await wait_until(pilot, lambda: isinstance(app.screen, LiftScreen)
+                         and "experiment fresh" in plain(
+                             app.screen.query_one("#lift-banner", Static)), timeout=30)
+        await pilot.press("1")
+        await wait_until(pilot, lambda: isinstance(app.screen, AttemptsScreen)
+                         and app.screen.total == 4)
+        assert {r.experiment_id for r in app.screen.rows} == {"fresh"}

@@ -30,14 +30,6 @@ def attempt(**changes: object) -> AttemptRow:
     return dataclasses.replace(base, **changes)
 
 
-def test_parse_filter_splits_columns_from_free_text() -> None:
-    filters, search = render.parse_filter("state:running problem:p28 fused m:gpt")
-    assert filters == {"state": "running", "problem_id": "p28", "model": "gpt"}
-    assert search == "fused"
-    assert render.parse_filter("") == ({}, None)
-    assert render.parse_filter("weird:x") == ({}, "weird:x")
-
-
 def test_elapsed_uses_the_given_clock_and_budget() -> None:
     now = datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC)
     assert render.elapsed_text(attempt(), now) == "10:05 / 40:00"

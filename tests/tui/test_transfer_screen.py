@@ -9,6 +9,7 @@ from conftest import plain, wait_until
 from textual.widgets import DataTable, Input, OptionList, Select, Static, TextArea
 
 from engine.rubric.model import default_rubric
+from screens.attempts import AttemptsScreen
 from screens.dialogs import LabelDialog, SkillEditor
 from screens.rubric_terms import values_for
 from screens.transfer import TransferScreen
@@ -127,6 +128,30 @@ async def test_edit_skill_saves_and_launches_treatment(make_app, seeded_db: Path
         await wait_until(pilot, lambda: app.engine_worker is not None, timeout=20)
         await app.engine_worker.wait()
         assert app.engine_state == "idle"
+        edited_comp = next(c for c in await app.read(queries.comparisons, "tui-test")
+                           if c.variant.startswith("edited:"))
+        # the inspector of the edited treatment: its variant, and the skill it was given
+        # (the edited one) as a diff against the original
+        await pilot.press("escape")
+        screen = await open_transfer(app, pilot, edited_comp.id)
+        assert f"variant {edited_comp.variant}" in plain(screen.query_one("#transfer-title",
+                                                                          Static))
+        arms = plain(screen.query_one("#transfer-arms", Static))
+        assert (f"treatment: #{edited_comp.treatment_attempt_id} {variant_arm(edited_comp)} "
+                f"{edited_comp.variant} finished") in arms
+        given = plain(screen.query_one("#source-skill", Static))
+        assert "+ - only tile 64" in given and "- - measure first" in given
+        assert "edited skill" in plain(screen.query_one("#source-skill-title", Static))
+        # the Attempts table tells the edited treatment from the verbatim one
+        await pilot.press("escape", "1")
+        await wait_until(pilot, lambda: isinstance(app.screen, AttemptsScreen))
+        attempts = app.screen
+        attempts.set_filter(f"arm:{variant_arm(edited_comp)} problem:{comp.problem_id} "
+                            f"model:{comp.model}")
+        await wait_until(pilot, lambda: attempts.total == 2 and len(attempts.rows) == 2)
+        arms = sorted(attempts.table.get_row_at(i)[4].plain for i in range(2))
+        assert arms == [variant_arm(edited_comp), f"{variant_arm(edited_comp)} "
+                                                  f"{edited_comp.variant}"]
     db = open_db(seeded_db)
     try:
         edited = [s for s in db.query("SELECT * FROM skills WHERE kind='edited'")]
@@ -134,8 +159,14 @@ async def test_edit_skill_saves_and_launches_treatment(make_app, seeded_db: Path
                     if a.variant.startswith("edited:")]
     finally:
         db.conn.close()
-    mine = [s for s in edited if s["parent_skill_id"] == source_skill.id]
-    assert mine and mine[0]["text"] == "# Edited\n- only tile 64\n"
-    assert len(variants) == 1
+    # one edited skill: the person's, with its lineage, and the treatment ran with it
+    assert len(edited) == 1 and edited[0]["parent_skill_id"] == source_skill.id
+    assert edited[0]["text"] == "# Edited\n- only tile 64\n"
+    assert len(variants) == 1 and variants[0].attached_skill_id == edited[0]["id"]
     assert variants[0].problem_id == comp.problem_id and variants[0].model == comp.model
     assert variants[0].state == "finished"
+
+
+def variant_arm(comparison: queries.ComparisonRow) -> str:
+    return {"cute->tirx": "cute2tirx_skill", "tirx->cute": "tirx2cute_skill"}[
+        comparison.direction]

@@ -47,3 +47,22 @@ def test_serve_without_textual_serve_says_how_to_get_it(
 def test_served_command_is_the_read_only_view(seeded_db: Path) -> None:
     command = served_command(str(seeded_db))
     assert "tui --attach --db" in command and str(seeded_db) in command
+
+
+def test_a_missing_database_is_an_error_unless_created(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.tui import MkbApp
+
+    monkeypatch.setattr(MkbApp, "run", lambda self: 0)  # no terminal in tests
+    missing = tmp_path / "typo.sqlite"
+    assert main(["tui", "--db", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"no database at {missing}" in err and "--create" in err
+    assert not missing.exists()
+    monkeypatch.setenv("MKB_DB", str(missing))
+    assert tui_command.default_command() == 2  # plain `mkb` says so too
+    assert not missing.exists()
+    assert main(["tui", "--create", "--db", str(missing)]) == 0
+    assert missing.exists()
+    assert main(["tui", "--db", str(missing)]) == 0  # now it exists

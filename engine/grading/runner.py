@@ -1,0 +1,479 @@
+"""The untrusted runner: the smallest loop that imports a submission and calls ``solve()``.
+
+It runs in its own process (jailed for submissions) and holds nothing that decides: no
+reference outputs, tolerances, future seeds or check plan. It answers the judge over one
+``SOCK_SEQPACKET`` socket with JSON messages (file descriptors ride along as ``SCM_RIGHTS``):
+
+* ``load`` (+ memfd with the source) → ``loaded`` (or the import error as text);
+* ``alloc`` (GPU) → ``buffers``: device buffers the runner allocates and exports by CUDA IPC,
+  which the judge imports and fills with the inputs;
+* ``stage`` (+ memfd with CPU inputs) → ``staged``: the next call's inputs are built;
+* ``call`` → ``done`` (the judge's clock runs from this request to this answer): its own
+  timing figure, DSL launches seen by the hooks, native thread count; or ``error``;
+* ``report`` → ``outputs``: where the outputs lie (CPU leaves copied into a memfd, CUDA leaves
+  as IPC handles into the runner's own allocations);
+* ``audit`` → ``audited``: kernel names a profiled call ran; ``exit``.
+
+Everything it sends is data for the judge, never a claim the judge believes: the judge reads
+the output memory itself, checks every output and times every call with its own clock. A
+bypass call looks exactly like a normal call: the switch is one byte of a shared page that the
+judge sets and only the launch hooks read.
+
+Imports only the standard library, torch and ``dsl_hooks`` (a sibling file), so it runs from a
+directory holding just these two files, with ``python -I``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import contextlib
+import ctypes
+import json
+import mmap
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+MAX_MESSAGE = 1 << 20
+MAX_ERROR_CHARS = 2000
+ALIGN = 64
+SOURCE_PATH = "submission.py"
+
+
+# -- messages --------------------------------------------------------------------------------
+def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(message, default=str).encode()
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.send(data)
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 8)
+    if not data:
+        raise EOFError("the judge closed the socket")
+    return json.loads(data), list(fds)
+
+
+def short_traceback(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if SOURCE_PATH in f.filename]
+    text = "".join(traceback.format_list(frames[-6:]))
+    text += "".join(traceback.format_exception_only(type(exc), exc))
+    return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return (
+        isinstance(exc, MemoryError)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or "can't allocate memory" in text
+        or "out of memory" in text
+    )
+
+
+def python_threads() -> int:
+    import threading
+
+    return threading.active_count()
+
+
+def native_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+# -- CUDA IPC export (driver API; the judge imports) ------------------------------------------
+class IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class CudaExporter:
+    """Export device allocations by CUDA IPC handle (runner-allocated memory only)."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.cache: dict[int, tuple[str, int]] = {}
+
+    def export(self, ptr: int) -> dict[str, Any]:
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        rc = self.lib.cuMemGetAddressRange_v2(
+            ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)
+        )
+        if rc != 0:
+            raise RuntimeError(f"cuMemGetAddressRange failed ({rc})")
+        cached = self.cache.get(base.value)
+        if cached is None or cached[1] != size.value:
+            handle = IpcHandle()
+            rc = self.lib.cuIpcGetMemHandle(ctypes.byref(handle), base)
+            if rc != 0:
+                raise RuntimeError(f"cuIpcGetMemHandle failed ({rc})")
+            cached = (ctypes.string_at(ctypes.addressof(handle), 64).hex(), size.value)
+            self.cache[base.value] = cached
+        return {"handle": cached[0], "ipc_offset": ptr - base.value}
+
+
+# -- the runner ------------------------------------------------------------------------------
+class Runner:
+    """State of one runner process: the solve function, buffers, the last outputs."""
+
+    def __init__(
+        self, sock: socket.socket, device: str, flag: mmap.mmap | None, armed: Any = None
+    ) -> None:
+        import torch
+
+        self.torch = torch
+        self.sock = sock
+        self.cuda = device == "cuda"
+        self.flag = flag
+        self.solve: Any = _calibration_call  # until a submission is loaded (or armed)
+        self.armed = armed  # a trusted runner's function, switched on by "arm"
+        self.counter: Any = None
+        self.buffers: list[Any] = []
+        self.last: Any = None  # outputs stay alive until the next call
+        self.last_inputs: list[Any] = []
+        self.pending: list[Any] = []
+        self.exporter = CudaExporter() if self.cuda else None
+        self.reference_numerics: Any = None
+        if self.cuda:
+            torch.cuda.init()
+            self._sync = torch.cuda.synchronize
+            self._event = torch.cuda.Event
+        else:
+            torch.set_num_threads(1)  # CPU preview: one thread for eager and submission alike
+        self._clock = time.perf_counter
+
+    # -- set-up --------------------------------------------------------------------------
+    def load(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        if message.get("dsl_checks"):
+            self.counter = install_hooks(str(message.get("dsl")), self.flag)
+            if self.counter is None:
+                return {"op": "loaded", "ok": False, "unavailable": True}
+        limit = message.get("memory_limit_mb")
+        if limit and not self.cuda:
+            limit_address_space(int(limit))
+        with os.fdopen(fds[0], "rb") as fh:
+            source = fh.read()
+        with open(SOURCE_PATH, "wb") as fh:
+            fh.write(source)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("submission", os.path.abspath(SOURCE_PATH))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["submission"] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit included
+            return {
+                "op": "loaded",
+                "ok": False,
+                "error": short_traceback(exc),
+                "memory": is_memory_error(exc),
+            }
+        solve = getattr(module, "solve", None)
+        if not callable(solve):
+            return {"op": "loaded", "ok": False, "error": "no callable solve(*inputs)"}
+        self.solve = solve
+        return {"op": "loaded", "ok": True, "threads": native_threads()}
+
+    def alloc(self, message: dict[str, Any]) -> dict[str, Any]:
+        torch = self.torch
+        self.buffers = [
+            torch.empty(max(1, int(n)), dtype=torch.uint8, device="cuda") for n in message["sizes"]
+        ]
+        self._sync()
+        assert self.exporter is not None
+        return {
+            "op": "buffers",
+            "buffers": [self.exporter.export(b.data_ptr()) for b in self.buffers],
+        }
+
+    # -- one call ------------------------------------------------------------------------
+    def build_inputs(self, layout: list[Any], fds: list[int]) -> list[Any]:
+        torch = self.torch
+        if fds:
+            size = os.fstat(fds[0]).st_size
+            region = mmap.mmap(fds[0], max(size, 1))
+            os.close(fds[0])
+        else:
+            region = None
+
+        def build(node: Any) -> Any:
+            if "t" in node:
+                t = node["t"]
+                dtype = getattr(torch, t["dtype"])
+                if t["device"] == "cuda":
+                    raw = self.buffers[t["buf"]][: t["nbytes"]]
+                else:
+                    raw = (
+                        torch.frombuffer(
+                            region, dtype=torch.uint8, count=t["nbytes"], offset=t["at"]
+                        )
+                        if t["nbytes"]
+                        else torch.empty(0, dtype=torch.uint8)
+                    )
+                return torch.empty(0, dtype=dtype, device=raw.device).set_(
+                    raw.untyped_storage(), t["offset"], t["shape"], t["stride"]
+                )
+            if "list" in node:
+                return [build(x) for x in node["list"]]
+            if "tuple" in node:
+                return tuple(build(x) for x in node["tuple"])
+            return node["v"]
+
+        return [build(node) for node in layout]
+
+    def stage(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """Build the next call's inputs (outside the judge's clock)."""
+        self.last = None
+        self.pending = self.build_inputs(message["inputs"], fds)
+        return {"op": "staged"}
+
+    def call(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The timed call: solve on the staged inputs, synchronize, report the figure."""
+        inputs, self.pending = self.pending, []
+        self.last_inputs = inputs
+        before = self.counter.count if self.counter is not None else 0
+        solve = self.solve
+        try:
+            if self.cuda:
+                start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+                self._sync()
+                start.record()
+                out = solve(*inputs)
+                self._sync()
+                end.record()
+                end.synchronize()
+                ms = float(start.elapsed_time(end))
+            else:
+                t0 = self._clock()
+                out = solve(*inputs)
+                ms = (self._clock() - t0) * 1e3
+        except BaseException as exc:  # noqa: BLE001
+            return {
+                "op": "error",
+                "id": message["id"],
+                "error": short_traceback(exc),
+                "memory": is_memory_error(exc),
+            }
+        self.last = out
+        launches = self.counter.count - before if self.counter is not None else None
+        return {
+            "op": "done",
+            "id": message["id"],
+            "ms": ms,
+            "launches": launches,
+            "threads": native_threads(),
+            "py_threads": python_threads(),
+        }
+
+    def report(self) -> tuple[dict[str, Any], list[int]]:
+        """Where the last call's outputs lie (after the judge's clock stopped)."""
+        reply, fds = self.describe(self.last, self.last_inputs)
+        reply.update(op="outputs", threads=native_threads())
+        return reply, fds
+
+    def describe(self, out: Any, inputs: list[Any]) -> tuple[dict[str, Any], list[int]]:
+        """The output tree and where each tensor's bytes lie (memfd or CUDA IPC)."""
+        torch = self.torch
+        spans = []
+        for i, x in enumerate(_leaves(inputs)):
+            if isinstance(x, torch.Tensor) and x.untyped_storage().nbytes():
+                p = x.untyped_storage().data_ptr()
+                spans.append((i, x.device.type, p, p + x.untyped_storage().nbytes()))
+        cpu_leaves: list[tuple[dict[str, Any], Any]] = []
+
+        def tree(node: Any) -> Any:
+            if type(node) is list:
+                return {"list": [tree(x) for x in node]}
+            if type(node) is tuple:
+                return {"tuple": [tree(x) for x in node]}
+            if isinstance(node, torch.Tensor):
+                if type(node) is not torch.Tensor:
+                    return {"other": f"{type(node).__module__}.{type(node).__name__}"}
+                if node.device.type not in ("cpu", "cuda"):
+                    return {"other": f"torch.{node.device.type}_tensor"}
+                storage = node.untyped_storage()
+                p, n = storage.data_ptr(), storage.nbytes()
+                alias = [
+                    i for i, kind, a, b in spans if kind == node.device.type and p < b and a < p + n
+                ]
+                t = {
+                    "dtype": str(node.dtype).removeprefix("torch."),
+                    "shape": list(node.shape),
+                    "stride": list(node.stride()),
+                    "offset": node.storage_offset(),
+                    "device": node.device.type,
+                    "nbytes": n,
+                    "aliases": alias,
+                    "layout": str(node.layout),
+                }
+                if node.device.type == "cuda" and n:
+                    assert self.exporter is not None
+                    t.update(self.exporter.export(p))
+                elif n:
+                    cpu_leaves.append((t, storage))
+                return {"t": t}
+            if node is None or type(node) in (int, float, bool, str):
+                return {"v": node}
+            return {"other": f"{type(node).__module__}.{type(node).__name__}"}
+
+        described = tree(out)
+        fds: list[int] = []
+        if cpu_leaves:
+            total = 0
+            for t, storage in cpu_leaves:
+                t["at"] = total
+                total += -(-storage.nbytes() // ALIGN) * ALIGN
+            fd = os.memfd_create("mkb-out", os.MFD_CLOEXEC)
+            os.ftruncate(fd, total)
+            region = mmap.mmap(fd, total)
+            for t, storage in cpu_leaves:
+                src = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+                dst = torch.frombuffer(
+                    region, dtype=torch.uint8, count=storage.nbytes(), offset=t["at"]
+                )
+                dst.copy_(src)
+            del dst, src
+            region.close()
+            fds.append(fd)
+        return {"outputs": described}, fds
+
+    def audit(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Run the last inputs once more under the profiler; report the kernel names seen."""
+        before = self.counter.count if self.counter is not None else 0
+        seen = profiled_kernel_names(lambda: self.solve(*self.last_inputs)) if self.cuda else None
+        names = sorted(self.counter.kernel_names) if self.counter is not None else []
+        observed, control = seen if seen is not None else (None, False)
+        launches = self.counter.count - before if self.counter is not None else 0
+        return {
+            "op": "audited",
+            "observed": observed,
+            "control": control,
+            "compiled": names,
+            "launches": launches,
+            "threads": native_threads(),
+        }
+
+    # -- the loop ------------------------------------------------------------------------
+    def serve(self) -> None:
+        send(
+            self.sock,
+            {"op": "ready", "threads": native_threads(), "py_threads": python_threads()},
+        )
+        while True:
+            message, fds = receive(self.sock)
+            try:
+                reply, reply_fds = self.dispatch(message, fds)
+            except (EOFError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported, the judge decides
+                reply, reply_fds = {"op": "error", "error": short_traceback(exc)}, []
+            if reply.get("op") == "exit":
+                return
+            send(self.sock, reply, reply_fds)
+            for fd in reply_fds:
+                os.close(fd)
+
+    def dispatch(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        op = message.get("op")
+        reply_fds: list[int] = []
+        if op == "load":
+            reply = self.load(message, fds)
+        elif op == "alloc":
+            reply = self.alloc(message)
+        elif op == "stage":
+            reply = self.stage(message, fds)
+        elif op == "call":
+            reply = self.call(message)
+        elif op == "report":
+            reply, reply_fds = self.report()
+        elif op == "audit":
+            reply = self.audit(message)
+        elif op == "arm" and self.armed is not None:
+            self.solve = self.armed
+            reply = {"op": "armed"}
+        elif op == "exit":
+            reply = {"op": "exit"}
+        else:
+            reply = {"op": "error", "error": f"unknown op {op!r}"}
+        return reply, reply_fds
+
+
+def _calibration_call(*_probe: Any) -> None:
+    """What a call runs before the import: the judge's no-op round trips."""
+    return None
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def install_hooks(dsl: str, flag: mmap.mmap | None) -> Any:
+    try:
+        from engine.grading import dsl_hooks
+    except ImportError:  # in the jail: a sibling file
+        import dsl_hooks  # type: ignore[import-not-found,no-redef]
+    return dsl_hooks.install(dsl, flag)
+
+
+def profiled_kernel_names(call: Any) -> tuple[list[str], bool] | None:
+    try:
+        from engine.grading import dsl_hooks
+    except ImportError:  # in the jail: a sibling file
+        import dsl_hooks  # type: ignore[import-not-found,no-redef]
+    return dsl_hooks.profiled_kernel_names(call)  # type: ignore[no-any-return]
+
+
+def limit_address_space(extra_mb: int) -> None:
+    """Cap virtual memory at the current size plus ``extra_mb`` (CPU preview)."""
+    import resource
+
+    size = 0
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmSize:"):
+                size = int(line.split()[1]) * 1024
+    limit = size + extra_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runner.py")
+    parser.add_argument("--sock-fd", type=int, required=True)
+    parser.add_argument("--flag-fd", type=int, default=-1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--preload", default="", help="comma-separated modules to import first")
+    parser.add_argument("--path", action="append", default=[], help="extra import directories")
+    args = parser.parse_args(argv)
+    # -I leaves the script's directory off sys.path: add it (it holds runner.py and
+    # dsl_hooks.py only), then any extra directories the operator named
+    sys.path[0:0] = [os.path.dirname(os.path.abspath(__file__)), *args.path]
+    sock = socket.socket(fileno=args.sock_fd)
+    flag = mmap.mmap(args.flag_fd, mmap.PAGESIZE) if args.flag_fd >= 0 else None
+    if args.flag_fd >= 0:
+        os.close(args.flag_fd)
+    import importlib
+
+    for name in filter(None, args.preload.split(",")):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - optional DSLs
+            continue
+    with contextlib.suppress(EOFError):
+        Runner(sock, args.device, flag).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

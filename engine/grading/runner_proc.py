@@ -1,0 +1,338 @@
+"""The judge's handle on one runner process: start it (jailed), talk to it, time it, kill it.
+
+A submission runner is a fresh ``python -I runner.py`` started from a directory holding only
+``runner.py`` and ``dsl_hooks.py``, inside a bubblewrap jail (:mod:`engine.sandbox.jail`): its
+own workdir, the Python with torch and the DSLs read-only, the GPU device nodes, no network,
+no project tree, store or keys, an unprivileged uid. If the jail cannot be built the grading
+fails closed, unless the operator chose ``unsafe_no_jail``.
+
+The eager reference runs in a *reference runner* forked from the judge before the judge
+touches CUDA: the same loop and timing code, trusted code only, so both sides of the speedup
+pay the same path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GRADING_DIR = Path(__file__).resolve().parent
+RUNNER_FILES = ("runner.py", "dsl_hooks.py")
+DSL_PRELOAD = "cutlass,cutlass.cute,tvm,tvm_ffi"
+JAIL_WORKDIR = "/work"
+JAIL_RUNNER_DIR = "/mkb-runner"
+READY_TIMEOUT_S = 300.0
+
+
+class RunnerDied(Exception):
+    """The runner exited or closed its socket."""
+
+
+class RunnerTimeout(Exception):
+    """The runner did not answer before the deadline."""
+
+
+class RunnerMemory(Exception):
+    """The runner went over its memory limit and was killed."""
+
+
+@dataclass
+class RunnerOptions:
+    device: str  # "cpu" or "cuda"
+    preload_dsls: bool = True
+    jail: bool = True  # False only with an explicit --unsafe-no-jail
+    memory_limit_mb: int | None = None  # host RSS watchdog
+    python: str = sys.executable
+    env: dict[str, str] | None = None
+    # extra import directories (read-only in the jail), e.g. a stand-in DSL for tests;
+    # from $MKB_RUNNER_PATHS (colon-separated) by default
+    paths: list[str] = field(
+        default_factory=lambda: [p for p in os.environ.get("MKB_RUNNER_PATHS", "").split(":") if p]
+    )
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants."""
+    total = 0.0
+    stack = [pid]
+    seen: set[int] = set()
+    while stack:
+        p = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+                        break
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    stack.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class RunnerProcess:
+    """One runner: its socket, its bypass page, its pid; requests with deadlines."""
+
+    def __init__(self, sock: socket.socket, pid: int, switch: mmap.mmap, popen: Any = None):
+        self.sock = sock
+        self.pid = pid
+        self.switch = switch
+        self.popen = popen
+        self.memory_limit_mb: float | None = None
+        self.scratch: str | None = None
+        self.ready: dict[str, Any] = {}
+
+    # -- starting ---------------------------------------------------------------------------
+    @classmethod
+    def spawn(cls, options: RunnerOptions) -> RunnerProcess:
+        """Start a fresh submission runner (jailed unless told otherwise); not yet ready."""
+        judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        switch_fd = os.memfd_create("mkb-bypass")
+        os.ftruncate(switch_fd, mmap.PAGESIZE)
+        switch = mmap.mmap(switch_fd, mmap.PAGESIZE)
+        scratch = tempfile.mkdtemp(prefix="mkb-runner-")
+        for name in RUNNER_FILES:
+            shutil.copyfile(GRADING_DIR / name, Path(scratch) / name)
+        workdir = Path(scratch) / "work"
+        workdir.mkdir()
+        args = [
+            "--sock-fd",
+            str(runner_end.fileno()),
+            "--flag-fd",
+            str(switch_fd),
+            "--device",
+            options.device,
+        ]
+        if options.preload_dsls:
+            args += ["--preload", DSL_PRELOAD]
+        for path in options.paths:
+            args += ["--path", path]
+        env = runner_env(options)
+        keep = [runner_end.fileno(), switch_fd]
+        if options.jail:
+            from engine.sandbox import jail
+
+            os.chmod(scratch, 0o755)
+            os.chown(workdir, 1000, 1000) if os.geteuid() == 0 else None
+            spec = jail.JailSpec(
+                ro=[(p, p) for p in jail.python_mounts(options.python, exclude=[str(_repo())])]
+                + [(scratch + "/" + n, f"{JAIL_RUNNER_DIR}/{n}") for n in RUNNER_FILES]
+                + [(path, path) for path in options.paths],
+                rw=[(str(workdir), JAIL_WORKDIR)],
+                devices=jail.gpu_device_nodes() if options.device == "cuda" else [],
+                network=False,
+                chdir=JAIL_WORKDIR,
+                env=env,
+                keep_fds=keep,
+            )
+            argv = jail.jail_argv(
+                spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/runner.py", *args]
+            )
+            cwd = "/"
+        else:
+            argv = [options.python, "-I", str(Path(scratch) / "runner.py"), *args]
+            cwd = str(workdir)
+        log = open(Path(scratch) / "runner.log", "wb")  # noqa: SIM115 - handed to the child
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=keep,
+            start_new_session=True,
+            cwd=cwd,
+            env=env,
+        )
+        log.close()
+        runner_end.close()
+        os.close(switch_fd)
+        proc = cls(judge_end, popen.pid, switch, popen)
+        proc.scratch = scratch
+        proc.memory_limit_mb = options.memory_limit_mb
+        return proc
+
+    @classmethod
+    def fork_reference(cls, device: str, reference: Callable[..., Any]) -> RunnerProcess:
+        """Fork a trusted runner whose solve is ``reference`` (call before touching CUDA)."""
+        judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        switch = mmap.mmap(-1, mmap.PAGESIZE)
+        pid = os.fork()
+        if pid == 0:  # the reference runner
+            code = 0
+            try:
+                judge_end.close()
+                from engine.grading.runner import Runner
+                from problems.compare import reference_numerics
+
+                runner = Runner(runner_end, device, None, armed=reference)
+                with reference_numerics():  # this process only ever runs the reference
+                    runner.serve()
+            except EOFError:
+                pass
+            except BaseException:  # noqa: BLE001
+                code = 70
+            finally:
+                os._exit(code)
+        runner_end.close()
+        return cls(judge_end, pid, switch)
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        reply, _ = self.receive(time.monotonic() + timeout_s)
+        if reply.get("op") != "ready":
+            raise RunnerDied(f"runner sent {str(reply)[:100]} instead of ready")
+        self.ready = reply
+        return reply
+
+    # -- talking ----------------------------------------------------------------------------
+    def send(self, message: dict[str, Any], fds: list[int] | None = None) -> None:
+        from engine.grading.runner import send
+
+        try:
+            send(self.sock, message, fds)
+        except OSError as exc:
+            raise RunnerDied(f"runner socket closed: {exc}") from exc
+
+    def receive(self, deadline: float) -> tuple[dict[str, Any], list[int]]:
+        """The next message, waiting until ``deadline`` (monotonic) with a memory watchdog."""
+        next_rss = 0.0
+        while True:
+            now = time.monotonic()
+            if now > deadline:
+                raise RunnerTimeout("the runner did not answer in time")
+            ready, _, _ = select.select([self.sock], [], [], min(0.05, deadline - now))
+            if ready:
+                break
+            if self.memory_limit_mb and now >= next_rss:
+                next_rss = now + 0.2
+                if _tree_rss_mb(self.pid) > self.memory_limit_mb:
+                    self.kill()
+                    raise RunnerMemory("the runner exceeded its memory limit")
+            if self.exited():
+                raise RunnerDied("the runner exited")
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 8)
+        except OSError as exc:
+            raise RunnerDied(f"runner socket error: {exc}") from exc
+        if not data:
+            raise RunnerDied("the runner closed its socket")
+        try:
+            message = json.loads(data)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            for fd in fds:
+                os.close(fd)
+            return {"op": "malformed"}, []
+        return message, list(fds)
+
+    def request(
+        self, message: dict[str, Any], deadline: float, fds: list[int] | None = None
+    ) -> tuple[dict[str, Any], list[int], float]:
+        """Send and wait for the answer; returns it with the judge's round-trip time in ms."""
+        self.send(message, fds)  # warm the path before the clock starts
+        return self._await(deadline)
+
+    def timed(
+        self, message: dict[str, Any], deadline: float, fds: list[int] | None = None
+    ) -> tuple[dict[str, Any], list[int], float]:
+        """Like :meth:`request`, with the judge's clock around release and completion."""
+        clock = time.perf_counter
+        start = clock()
+        self.send(message, fds)
+        reply, got, _ = self._await(deadline)
+        return reply, got, (clock() - start) * 1e3
+
+    def _await(self, deadline: float) -> tuple[dict[str, Any], list[int], float]:
+        start = time.perf_counter()
+        reply, fds = self.receive(deadline)
+        return reply, fds, (time.perf_counter() - start) * 1e3
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of what the runner printed (untrusted text; the caller labels it)."""
+        if not self.scratch:
+            return ""
+        from engine.grading.supervise import read_tail
+
+        return read_tail(Path(self.scratch) / "runner.log", chars)
+
+    # -- ending -----------------------------------------------------------------------------
+    def exited(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is not None
+        try:
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return not _alive(self.pid)
+        return done != 0
+
+    def kill(self) -> None:
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.kill()
+        if self.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=5)
+        else:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+        with contextlib.suppress(Exception):
+            self.switch.close()
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _repo() -> Path:
+    return GRADING_DIR.parents[1]
+
+
+def runner_env(options: RunnerOptions) -> dict[str, str]:
+    """A minimal environment: no keys, no PYTHONPATH, the GPU pinning and CUDA paths only."""
+    keep = ("CUDA_VISIBLE_DEVICES", "CUDA_PATH", "CUDA_HOME", "LD_LIBRARY_PATH", "LANG")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(options.env or {})
+    env.update(
+        PATH="/usr/local/bin:/usr/bin:/bin",
+        HOME=JAIL_WORKDIR if options.jail else tempfile.gettempdir(),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTORCH_NVML_BASED_CUDA_CHECK="1",
+        PYTORCH_CUDA_ALLOC_CONF="expandable_segments:False",
+        OMP_NUM_THREADS="1",
+    )
+    return {k: v for k, v in env.items() if not any(m in k.upper() for m in _SECRETS)}
+
+
+_SECRETS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
