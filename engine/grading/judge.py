@@ -283,7 +283,6 @@ class Judge:
     # -- one call ---------------------------------------------------------------------------
     def call(self, seed: int, timed: bool = False) -> tuple[Any, list[Any]]:
         """Run one call in the runner; returns (judge-owned outputs, pristine inputs)."""
-        from engine.grading.wire import ProtocolError
 
         assert self.runner is not None
         inputs = self.inputs(seed)
@@ -304,23 +303,30 @@ class Judge:
             raise Rejected(code, f"solve() raised: {last[0][:300]}")
         if op != "done" or reply.get("id") != call_id:
             raise Rejected("runner.protocol", "the runner's answer does not match the call")
-        report, fds, _ = self.runner.request({"op": "report"}, self.deadline)
-        try:
-            if report.get("op") != "outputs":
-                raise Rejected("runner.protocol", "the runner did not report its outputs")
-            try:
-                out, described = self.transport.fetch(report.get("outputs"), fds)
-            except ProtocolError as exc:
-                raise Rejected("runner.protocol", f"unusable output description: {exc}") from exc
-        finally:
-            for fd in fds:
-                os.close(fd)
+        out, described, report = self.fetch_outputs()
         reply["threads"] = max(_int(reply.get("threads")), _int(report.get("threads")))
         self.calls += 1
         self.check_evidence(reply, judge_ms, timed)
         out = self.check_memory(out, described, shipment, inputs)
         self.check_stable(out, described)
         return out, inputs
+
+    def fetch_outputs(self) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+        """Ask the runner where the last outputs lie; judge-owned copies of them."""
+        from engine.grading.wire import ProtocolError
+
+        assert self.runner is not None
+        report, fds, _ = self.runner.request({"op": "report"}, self.deadline)
+        try:
+            if report.get("op") != "outputs":
+                raise Rejected("runner.protocol", "the runner did not report its outputs")
+            out, described = self.transport.fetch(report.get("outputs"), fds)
+        except ProtocolError as exc:
+            raise Rejected("runner.protocol", f"unusable output description: {exc}") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return out, described, report
 
     def check_evidence(self, reply: dict[str, Any], judge_ms: float, timed: bool) -> None:
         ms = reply.get("ms")
@@ -410,7 +416,6 @@ class Judge:
 
         On a GPU the judge re-reads the runner's allocations through its IPC mappings; on
         CPU it asks for a second report (a fresh copy of the same output memory)."""
-        from engine.grading.wire import ProtocolError
         from problems.compare import leaves
 
         torch = self.torch
@@ -418,14 +423,7 @@ class Judge:
         if self.cuda:
             again = [self.transport.reread(desc) for desc in described]
         else:
-            report, fds, _ = self.runner.request({"op": "report"}, self.deadline)
-            try:
-                second, _ = self.transport.fetch(report.get("outputs"), fds)
-            except ProtocolError as exc:
-                raise Rejected("runner.protocol", f"unusable output description: {exc}") from exc
-            finally:
-                for fd in fds:
-                    os.close(fd)
+            second, _, _ = self.fetch_outputs()
             again = [
                 _storage_bytes(x, torch) if isinstance(x, torch.Tensor) else None
                 for x in leaves(second)
