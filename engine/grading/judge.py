@@ -107,6 +107,7 @@ class Judge:
         self.launches: list[int] = []
         self.gaps: list[float] = []
         self.judge_ms: list[float] = []
+        self.runner_ms: list[float] = []
         self.allowances: dict[int, float] = {}
         self.base_threads: int | None = None
         self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
@@ -144,7 +145,7 @@ class Judge:
             reference.wait_ready()
             clock = self.calibrate(reference, transport)
             self.result["eager_clock"] = clock
-            armed, _, _ = reference.request({"op": "arm"}, deadline)
+            armed, _ = reference.request({"op": "arm"}, deadline)
             if armed.get("op") != "armed":
                 raise RuntimeError(f"the reference runner did not arm: {armed}")
             for kind, seed in [("warmup", s) for s in seeds["warmup"]] + [
@@ -158,7 +159,7 @@ class Judge:
                 reply, _, judge_ms = reference.timed({"op": "call", "id": seed}, deadline)
                 if reply.get("op") != "done":
                     raise RuntimeError(f"the eager reference failed: {reply.get('error')}")
-                report, fds, _ = reference.request({"op": "report"}, deadline)
+                report, fds = reference.request({"op": "report"}, deadline)
                 out, _ = transport.fetch(report.get("outputs"), fds)
                 for fd in fds:
                     os.close(fd)
@@ -259,7 +260,7 @@ class Judge:
             "memory_limit_mb": None if self.cuda else self.job.get("memory_limit_mb"),
         }
         try:
-            reply, _, _ = runner.request(message, self.deadline, [source_fd])
+            reply, _ = runner.request(message, self.deadline, [source_fd])
         finally:
             os.close(source_fd)
         if reply.get("op") != "loaded":
@@ -287,7 +288,7 @@ class Judge:
         assert self.runner is not None
         inputs = self.inputs(seed)
         shipment = self.transport.ship(inputs)
-        staged, _, _ = self.runner.request(
+        staged, _ = self.runner.request(
             {"op": "stage", "inputs": shipment.layout}, self.deadline, shipment.fds
         )
         shipment.close()
@@ -316,7 +317,7 @@ class Judge:
         from engine.grading.wire import ProtocolError
 
         assert self.runner is not None
-        report, fds, _ = self.runner.request({"op": "report"}, self.deadline)
+        report, fds = self.runner.request({"op": "report"}, self.deadline)
         try:
             if report.get("op") != "outputs":
                 raise Rejected("runner.protocol", "the runner did not report its outputs")
@@ -335,6 +336,7 @@ class Judge:
         if timed:
             self.gaps.append(judge_ms - float(ms))
             self.judge_ms.append(judge_ms)
+            self.runner_ms.append(float(ms))
         threads = reply.get("threads")
         if (
             isinstance(threads, int)
@@ -364,24 +366,33 @@ class Judge:
         from problems.compare import leaves
 
         torch = self.torch
-        tensor_inputs = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-        flat_inputs = leaves(inputs)
+        # the runner numbers input leaves; inputs are named and declared in place per argument
+        slot_of_leaf = [slot for slot, x in enumerate(inputs) for _ in leaves([x])]
+        tensor_inputs = [
+            slot
+            for slot, leaf in zip(slot_of_leaf, leaves(inputs))
+            if isinstance(leaf, torch.Tensor)
+        ]
         declared = {j: k for k, j in self.inplace.items()}
         out_leaves = leaves(out)
+        aliased: list[set[int]] = []
         for k, desc in enumerate(described):
             aliases = desc.get("aliases") or []
-            if not isinstance(aliases, list):
+            if not isinstance(aliases, list) or not all(
+                type(i) is int and 0 <= i < len(slot_of_leaf) for i in aliases
+            ):
                 raise Rejected("runner.protocol", "malformed alias list")
-            for i in aliases:
-                if self.inplace.get(k) == i:
+            slots = {slot_of_leaf[i] for i in aliases}
+            aliased.append(slots)
+            for slot in slots:
+                if self.inplace.get(k) == slot:
                     continue
-                name = self.problem.inputs[i] if isinstance(i, int) and i < len(flat_inputs) else i
                 raise Rejected(
-                    "correctness.aliasing", f"output {k} shares memory with input {name}"
+                    "correctness.aliasing",
+                    f"output {k} shares memory with input {self.problem.inputs[slot]}",
                 )
         for k, j in self.inplace.items():
-            desc = described[k] if k < len(described) else {}
-            if j not in (desc.get("aliases") or []):
+            if j not in (aliased[k] if k < len(aliased) else set()):
                 raise Rejected(
                     "correctness.structure",
                     f"output {self.problem.outputs[k]} must be input {self.problem.inputs[j]} "
@@ -416,6 +427,7 @@ class Judge:
 
         On a GPU the judge re-reads the runner's allocations through its IPC mappings; on
         CPU it asks for a second report (a fresh copy of the same output memory)."""
+        from engine.grading.wire import raw_bytes
         from problems.compare import leaves
 
         torch = self.torch
@@ -424,14 +436,11 @@ class Judge:
             again = [self.transport.reread(desc) for desc in described]
         else:
             second, _, _ = self.fetch_outputs()
-            again = [
-                _storage_bytes(x, torch) if isinstance(x, torch.Tensor) else None
-                for x in leaves(second)
-            ]
+            again = [raw_bytes(x) if isinstance(x, torch.Tensor) else None for x in leaves(second)]
         for leaf, now in zip(leaves(out), again):
             if now is None or not isinstance(leaf, torch.Tensor):
                 continue
-            first = _storage_bytes(leaf, torch)
+            first = raw_bytes(leaf)
             if first.numel() != now.numel() or not torch.equal(first, now):
                 raise Rejected(
                     "timing.deferred_work",
@@ -529,7 +538,7 @@ class Judge:
         return Rejected("correctness.tolerance", f"draw {record['index']}: {detail}")
 
     # -- timing, SOL, launch evidence --------------------------------------------------------
-    def settle_timing(self, runner_ms: list[float]) -> None:
+    def settle_timing(self) -> None:
         """Score with the judge's clock; reject a runner figure that disagrees with it."""
         from engine.grading.timing import speedup, summarize
 
@@ -553,7 +562,7 @@ class Judge:
         self.result.update(
             impl_median_ms=median,
             impl_iqr_ms=iqr,
-            impl_event_median_ms=statistics.median(runner_ms),
+            impl_event_median_ms=statistics.median(self.runner_ms),
             speedup=speedup(self.result["eager_median_ms"], median),
             samples_ms=samples,
         )
@@ -584,7 +593,7 @@ class Judge:
         assert self.runner is not None
         self.phase("kernel_audit")
         start = _monotonic()
-        reply, _, _ = self.runner.request({"op": "audit"}, self.deadline)
+        reply, _ = self.runner.request({"op": "audit"}, self.deadline)
         if reply.get("op") != "audited":
             raise Rejected("runner.protocol", "the runner answered the audit with junk")
         observed = reply.get("observed")
@@ -671,15 +680,13 @@ class Judge:
         self.phase("timing")
         start = _monotonic()
         rechecks = set(self.job.get("recheck", []))
-        runner_ms: list[float] = []
         for i, seed in enumerate(seeds["timed"]):
             out, pristine = self.call(seed, timed=True)
-            runner_ms.append(self.judge_ms[-1] - self.gaps[-1])
             self.check_sampled(out, expected[seed], "timed", i)
             if i in rechecks and not self.check_anchor(out, pristine, "recheck", i):
                 raise self.rejection_for("recheck")
         self.timed("timing", start)
-        self.settle_timing(runner_ms)
+        self.settle_timing()
 
         self.speed_of_light()
         if not self.job.get("dsl_checks"):
@@ -749,25 +756,12 @@ def scored_ms(judge_ms: float, clock: dict[str, float]) -> float:
     return max(judge_ms - clock["round_trip_median_ms"], 1e-3)
 
 
-def _storage_bytes(t: Any, torch: Any) -> Any:
-    storage = t.untyped_storage()
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(
-        storage, 0, (storage.nbytes(),), (1,)
-    )
-
-
 def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def _int(value: Any) -> int:
     return value if type(value) is int else 0
-
-
-def _nbytes(out: Any, torch: Any) -> int:
-    from problems.compare import leaves
-
-    return sum(x.untyped_storage().nbytes() for x in leaves(out) if isinstance(x, torch.Tensor))
 
 
 def trimmed_traceback(exc: BaseException) -> str:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.grading.supervise import SECRET_MARKERS, read_tail
+
 GRADING_DIR = Path(__file__).resolve().parent
 RUNNER_FILES = ("runner.py", "dsl_hooks.py")
 DSL_PRELOAD = "cutlass,cutlass.cute,tvm,tvm_ffi"
@@ -132,7 +134,6 @@ class RunnerProcess:
             from engine.sandbox import jail
 
             os.chmod(scratch, 0o755)
-            os.chown(workdir, 1000, 1000) if os.geteuid() == 0 else None
             spec = jail.JailSpec(
                 ro=[(p, p) for p in jail.python_mounts(options.python, exclude=[str(_repo())])]
                 + [(scratch + "/" + n, f"{JAIL_RUNNER_DIR}/{n}") for n in RUNNER_FILES]
@@ -144,6 +145,8 @@ class RunnerProcess:
                 env=env,
                 keep_fds=keep,
             )
+            if os.geteuid() == 0:  # the jailed uid must be able to write its workdir
+                os.chown(workdir, spec.uid, spec.gid)
             argv = jail.jail_argv(
                 spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/runner.py", *args]
             )
@@ -246,32 +249,24 @@ class RunnerProcess:
 
     def request(
         self, message: dict[str, Any], deadline: float, fds: list[int] | None = None
-    ) -> tuple[dict[str, Any], list[int], float]:
-        """Send and wait for the answer; returns it with the judge's round-trip time in ms."""
-        self.send(message, fds)  # warm the path before the clock starts
-        return self._await(deadline)
+    ) -> tuple[dict[str, Any], list[int]]:
+        """Send ``message`` and wait for the answer (and the descriptors it carries)."""
+        self.send(message, fds)
+        return self.receive(deadline)
 
     def timed(
         self, message: dict[str, Any], deadline: float, fds: list[int] | None = None
     ) -> tuple[dict[str, Any], list[int], float]:
-        """Like :meth:`request`, with the judge's clock around release and completion."""
+        """Like :meth:`request`, with the judge's clock (ms) from release to completion."""
         clock = time.perf_counter
         start = clock()
-        self.send(message, fds)
-        reply, got, _ = self._await(deadline)
+        reply, got = self.request(message, deadline, fds)
         return reply, got, (clock() - start) * 1e3
-
-    def _await(self, deadline: float) -> tuple[dict[str, Any], list[int], float]:
-        start = time.perf_counter()
-        reply, fds = self.receive(deadline)
-        return reply, fds, (time.perf_counter() - start) * 1e3
 
     def log_tail(self, chars: int = 4000) -> str:
         """The end of what the runner printed (untrusted text; the caller labels it)."""
         if not self.scratch:
             return ""
-        from engine.grading.supervise import read_tail
-
         return read_tail(Path(self.scratch) / "runner.log", chars)
 
     # -- ending -----------------------------------------------------------------------------
@@ -306,13 +301,13 @@ class RunnerProcess:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
+    return state not in ("Z", "X")
 
 
 def _repo() -> Path:
@@ -332,7 +327,4 @@ def runner_env(options: RunnerOptions) -> dict[str, str]:
         PYTORCH_CUDA_ALLOC_CONF="expandable_segments:False",
         OMP_NUM_THREADS="1",
     )
-    return {k: v for k, v in env.items() if not any(m in k.upper() for m in _SECRETS)}
-
-
-_SECRETS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
+    return {k: v for k, v in env.items() if not any(m in k.upper() for m in SECRET_MARKERS)}

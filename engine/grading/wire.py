@@ -105,14 +105,6 @@ class _CudaArray:
         }
 
 
-def nbytes_of(desc: dict[str, Any]) -> int:
-    return int(desc["nbytes"])
-
-
-def at_of(desc: dict[str, Any]) -> int:
-    return int(desc["at"])
-
-
 class CudaImporter:
     """Opens runner-exported allocations once each; closes them all at the end."""
 
@@ -216,7 +208,7 @@ class Transport:
         descs: list[dict[str, Any]] = []
         for t in tensors:
             nbytes = t.untyped_storage().nbytes()
-            desc = {
+            desc: dict[str, Any] = {
                 "dtype": str(t.dtype).removeprefix("torch."),
                 "shape": list(t.shape),
                 "stride": list(t.stride()),
@@ -243,7 +235,7 @@ class Transport:
                 cuda_index += 1
             elif desc["nbytes"]:
                 live = torch.frombuffer(
-                    shipment.region, dtype=torch.uint8, count=nbytes_of(desc), offset=at_of(desc)
+                    shipment.region, dtype=torch.uint8, count=desc["nbytes"], offset=desc["at"]
                 )
             else:
                 live = torch.empty(0, dtype=torch.uint8)

@@ -68,6 +68,25 @@ def chown_tree(path: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(root, name), uid, gid)
 
 
+async def await_marker(
+    holder: subprocess.Popen[bytes], marker: str, timeout_s: float
+) -> str | None:
+    """Wait for ``holder`` to print ``marker`` on its first line. None when it did; else
+    the holder is killed and its stderr (the reason it did not come up) is returned."""
+    assert holder.stdout is not None
+    try:
+        line = await asyncio.wait_for(asyncio.to_thread(holder.stdout.readline), timeout_s)
+    except TimeoutError:
+        line = b""
+    if line.decode().strip() == marker:
+        return None
+    holder.kill()
+    err = b""
+    with contextlib.suppress(Exception):
+        _, err = await asyncio.to_thread(holder.communicate, None, 5)
+    return err.decode(errors="replace")
+
+
 class AgentJail:
     """The holder process of one attempt's jail, and command lines that join it."""
 
@@ -89,19 +108,10 @@ class AgentJail:
             pass_fds=self.spec.keep_fds,
             preexec_fn=preexec,
         )
-        holder = self.holder
-        assert holder.stdout is not None
-        try:
-            line = await asyncio.wait_for(asyncio.to_thread(holder.stdout.readline), timeout_s)
-        except TimeoutError:
-            line = b""
-        if line.decode().strip() != HOLDER_READY:
-            holder.kill()
-            err = b""
-            with contextlib.suppress(Exception):
-                _, err = await asyncio.to_thread(holder.communicate, None, 5)
-            raise RuntimeError(f"the agent jail did not start: {err.decode(errors='replace')}")
-        self.init_pid = _only_child(holder.pid)
+        failure = await await_marker(self.holder, HOLDER_READY, timeout_s)
+        if failure is not None:
+            raise RuntimeError(f"the agent jail did not start: {failure}")
+        self.init_pid = _only_child(self.holder.pid)
         self.pid = _only_child(self.init_pid)
 
     def join(self, argv: list[str], cwd: str | None = None) -> list[str]:

@@ -56,6 +56,7 @@ from engine.sandbox.agent_jail import (
     AGENT_UID,
     AgentJail,
     agent_limits,
+    await_marker,
     chown_tree,
     python_binds,
 )
@@ -356,22 +357,9 @@ class LocalNamespaceEnvironment(BaseEnvironment):
             start_new_session=True,
             preexec_fn=cgroup.join if cgroup else None,
         )
-        holder = self._holder
-        assert holder.stdout is not None
-        try:
-            line = await asyncio.wait_for(
-                asyncio.to_thread(holder.stdout.readline), START_TIMEOUT_S
-            )
-        except TimeoutError:
-            line = b""
-        if line.decode().strip() != READY_MARKER:
-            holder.kill()
-            err = b""
-            with contextlib.suppress(Exception):
-                _, err = await asyncio.to_thread(holder.communicate, None, 5)
-            raise SandboxStartError(
-                f"sandbox namespaces did not come up: {err.decode(errors='replace').strip()}"
-            )
+        failure = await await_marker(self._holder, READY_MARKER, START_TIMEOUT_S)
+        if failure is not None:
+            raise SandboxStartError(f"sandbox namespaces did not come up: {failure.strip()}")
         children = Path(f"/proc/{self._holder.pid}/task/{self._holder.pid}/children")
         pids = children.read_text().split()
         if not pids:

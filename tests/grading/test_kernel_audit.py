@@ -78,9 +78,9 @@ class _RunnerLink:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
-    def request(self, message: dict[str, Any], deadline: float) -> tuple[dict, list, float]:
+    def request(self, message: dict[str, Any], deadline: float) -> tuple[dict, list]:
         assert message == {"op": "audit"}
-        return self.runner.audit(message), [], 0.0
+        return self.runner.audit(message), []
 
 
 def _judge(mode: str) -> tuple[Judge, LaunchCounter, _Channel]:

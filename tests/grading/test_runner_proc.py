@@ -1,0 +1,41 @@
+"""The judge's handle on a runner process: liveness and the runner's environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from engine.grading.runner_proc import RunnerOptions, _alive, runner_env
+
+
+def test_a_zombie_counts_as_exited_and_a_running_child_as_alive() -> None:
+    sleeper = os.fork()
+    if sleeper == 0:
+        time.sleep(30)
+        os._exit(0)
+    quitter = os.fork()
+    if quitter == 0:
+        os._exit(0)
+    try:
+        time.sleep(0.3)  # the quitter is a zombie now: exited, not yet reaped
+        assert _alive(sleeper)
+        assert not _alive(quitter)
+    finally:
+        os.kill(sleeper, signal.SIGKILL)
+        os.waitpid(sleeper, 0)
+        os.waitpid(quitter, 0)
+    assert not _alive(quitter)  # reaped: no such process
+
+
+def test_the_runner_environment_carries_no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary")
+    monkeypatch.setenv("MKB_GRADER_TOKEN", "canary")
+    monkeypatch.setenv("PYTHONPATH", "/work/main")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    env = runner_env(RunnerOptions(device="cpu", env={"MY_SECRET": "x"}))
+    assert "canary" not in str(env) and "sk-" not in str(env) and "MY_SECRET" not in env
+    assert "PYTHONPATH" not in env
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
