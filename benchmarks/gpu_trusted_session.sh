@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One GPU session for the trusted judge (after the DSL parts are staged, docs/benchmarks.md):
-#   STAGE=validate  the jail on this host, then every reference solution and the two controls
-#   STAGE=redteam   the dynamic red-team set with a real CuTe kernel, grading overhead, and
-#                   p36 tirx five times (repeatability)
+#   STAGE=validate  the jail on this host, runner start-up, every reference solution and the
+#                   two controls
+#   STAGE=redteam   the dynamic red-team set with a real CuTe kernel, p36 tirx five times
+#   STAGE=overhead  grading overhead (cold, warm back to back, warm paced) and the grading
+#                   jail's escape probes with their unjailed controls
 # A carried bubblewrap (.gpu-dsl/bwrap: the binary and its three libraries) is installed first
 # when the host has none. Everything lands in $OUT/results.tgz plus a short summary.txt.
 set -u
@@ -29,41 +31,38 @@ print(runner.log_tail())
 runner.close()
 PY
     echo "rc=$?" >> "$WORK/jail_smoke.txt"
-    cp "$WORK/jail_smoke.txt" "$OUT/"
-    timeout "${VALIDATION_S:-420}" python3 benchmarks/gpu_validation.py "$WORK/grading" \
+    timeout 150 python3 benchmarks/runner_startup.py --device cuda > "$WORK/startup.json" 2>&1
+    timeout "${VALIDATION_S:-400}" python3 benchmarks/gpu_validation.py "$WORK/grading" \
       > "$WORK/grading.log" 2>&1
     echo "validation rc=$?" >> "$WORK/grading.log"
-    grep -h '"file"' "$WORK/grading.log" | python3 -c '
+    { cat "$WORK/jail_smoke.txt"; cat "$WORK/startup.json"
+      grep -h '"file"' "$WORK/grading.log" | python3 -c '
 import json, sys
 for line in sys.stdin:
     r = json.loads(line)
     print(r["file"], r["verdict"], r["reason"], "speedup=%s" % r["speedup"], "wall=%s" % r["wall_s"], "ok=%s" % r["as_expected"])
-' > "$OUT/summary.txt"
-    tail -5 "$WORK/grading.log" >> "$OUT/summary.txt"
-    ;;
-  both)
-    timeout "${VALIDATION_S:-300}" python3 benchmarks/gpu_validation.py "$WORK/grading" \
-      > "$WORK/grading.log" 2>&1
-    echo "validation rc=$?" >> "$WORK/grading.log"
-    timeout "${REDTEAM_S:-200}" python3 benchmarks/redteam_gpu.py --out "$WORK/redteam" \
-      --device cuda > "$WORK/redteam.log" 2>&1
-    echo "redteam rc=$?" >> "$WORK/redteam.log"
-    { grep -h '"file"' "$WORK/grading.log" | cut -c1-400; tail -3 "$WORK/grading.log";
-      tail -40 "$WORK/redteam.log"; } > "$OUT/summary.txt" 2>&1
+'; tail -5 "$WORK/grading.log"; } > "$OUT/summary.txt" 2>&1
     ;;
   redteam)
-    timeout "${REDTEAM_S:-300}" python3 benchmarks/redteam_gpu.py --out "$WORK/redteam" \
+    timeout "${REDTEAM_S:-420}" python3 benchmarks/redteam_gpu.py --out "$WORK/redteam" \
       --device cuda > "$WORK/redteam.log" 2>&1
     echo "redteam rc=$?" >> "$WORK/redteam.log"
-    timeout "${OVERHEAD_S:-120}" python3 benchmarks/grading_overhead.py --device cuda \
-      --repeats 3 --json > "$WORK/overhead.json" 2> "$WORK/overhead.log"
-    echo "overhead rc=$?" >> "$WORK/overhead.log"
     timeout "${REPEAT_S:-150}" python3 benchmarks/gpu_validation.py "$WORK/repeat" \
       problems/solutions/p36_tirx.py problems/solutions/p36_tirx.py \
       problems/solutions/p36_tirx.py problems/solutions/p36_tirx.py \
       problems/solutions/p36_tirx.py > "$WORK/repeat.log" 2>&1
-    { tail -25 "$WORK/redteam.log"; cat "$WORK/overhead.json"; grep -h speedup "$WORK/repeat.log"; } \
+    { tail -25 "$WORK/redteam.log"; grep -h speedup "$WORK/repeat.log" | cut -c1-300; } \
       > "$OUT/summary.txt" 2>&1
+    ;;
+  overhead)
+    timeout "${OVERHEAD_S:-300}" python3 benchmarks/grading_overhead.py --device cuda \
+      --repeats 3 --json > "$WORK/overhead.json" 2> "$WORK/overhead.log"
+    echo "overhead rc=$?" >> "$WORK/overhead.log"
+    timeout "${ESCAPE_S:-240}" python3 benchmarks/jail_escape_gpu.py --device cuda \
+      > "$WORK/escape.jsonl" 2> "$WORK/escape.log"
+    echo "escape rc=$?" >> "$WORK/escape.log"
+    { cat "$WORK/overhead.json"; tail -3 "$WORK/overhead.log"; cat "$WORK/escape.jsonl";
+      tail -3 "$WORK/escape.log"; } > "$OUT/summary.txt" 2>&1
     ;;
 esac
 tar czf "$OUT/results.tgz" -C "$WORK" .

@@ -25,8 +25,12 @@ from engine.grading.local import LocalBackend  # noqa: E402
 
 CONTROLS = [
     ("p28", "cute", REPO / "tests/grading/fixtures/honest/p28_plain.py", "dsl.no_launch"),
-    ("p28", "cute", REPO / "tests/grading/fixtures/gpu/p28_cute_unused_kernel.py",
-     "dsl.bypass_still_valid"),
+    (
+        "p28",
+        "cute",
+        REPO / "tests/grading/fixtures/gpu/p28_cute_unused_kernel.py",
+        "dsl.bypass_still_valid",
+    ),
 ]
 
 
@@ -56,22 +60,31 @@ async def main(out_dir: Path, files: list[str]) -> int:
     summary = {"warm_start_s": round(time.perf_counter() - t0, 2), "results": []}
     for problem, dsl, path, expected in jobs(files):
         start = time.perf_counter()
-        fb = await backend.grade(GradeRequest(problem, dsl, path.read_text(), device="cuda",
-                                              request_id=path.name))
+        fb = await backend.grade(
+            GradeRequest(problem, dsl, path.read_text(), device="cuda", request_id=path.name)
+        )
         wall = time.perf_counter() - start
         got = "pass" if fb.verdict == "pass" else fb.reason
-        row = {"file": str(path.relative_to(REPO)), "problem": problem, "dsl": dsl,
-               "verdict": fb.verdict, "reason": fb.reason, "expected": expected,
-               "as_expected": expected is None or got == expected,
-               "speedup": fb.speedup, "impl_median_ms": fb.impl_median_ms,
-               "eager_median_ms": fb.eager_median_ms,
-               "dsl_launches_per_call": fb.dsl_launches_per_call, "bypass": fb.bypass,
-               "kernel_audit": (fb.kernel_audit or {}).get("status"),
-               "message": fb.message[:500], "wall_s": round(wall, 2),
-               "timings_s": fb.timings_s}
+        row = {
+            "file": str(path.relative_to(REPO)),
+            "problem": problem,
+            "dsl": dsl,
+            "verdict": fb.verdict,
+            "reason": fb.reason,
+            "expected": expected,
+            "as_expected": expected is None or got == expected,
+            "speedup": fb.speedup,
+            "impl_median_ms": fb.impl_median_ms,
+            "eager_median_ms": fb.eager_median_ms,
+            "dsl_launches_per_call": fb.dsl_launches_per_call,
+            "bypass": fb.bypass,
+            "kernel_audit": (fb.kernel_audit or {}).get("status"),
+            "message": fb.message[:500],
+            "wall_s": round(wall, 2),
+            "timings_s": fb.timings_s,
+        }
         summary["results"].append(row)
-        (out_dir / f"{path.stem}.json").write_text(json.dumps(fb.to_dict(), indent=1,
-                                                              default=str))
+        (out_dir / f"{path.stem}.json").write_text(json.dumps(fb.to_dict(), indent=1, default=str))
         print(json.dumps(row, default=str), flush=True)
     await backend.close()
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))

@@ -96,7 +96,11 @@ def run_cold(request: GradeRequest, config: EvalConfig, device: str, n: int) -> 
     return summarize_runs(runs)
 
 
-async def run_warm(request: GradeRequest, config: EvalConfig, device: str, n: int) -> dict:
+async def run_warm(
+    request: GradeRequest, config: EvalConfig, device: str, n: int, gap_s: float = 0.0
+) -> dict:
+    """Evaluations through one warm parent: back to back, or ``gap_s`` apart (paced like an
+    agent's submissions, so the next judge and runner are started ahead and waiting)."""
     backend = LocalBackend(gpus=[0] if device == "cuda" else None, config=config)
     start = time.perf_counter()
     await backend.start()
@@ -104,6 +108,7 @@ async def run_warm(request: GradeRequest, config: EvalConfig, device: str, n: in
     runs = []
     try:
         for _ in range(n):
+            await asyncio.sleep(gap_s)
             start = time.perf_counter()
             fb = await backend.grade(request)
             runs.append(
@@ -117,7 +122,7 @@ async def run_warm(request: GradeRequest, config: EvalConfig, device: str, n: in
             )
     finally:
         await backend.close()
-    return {"warm_parent_start_s": startup, **summarize_runs(runs)}
+    return {"warm_parent_start_s": startup, "gap_s": gap_s, **summarize_runs(runs)}
 
 
 IMPL_CALLS = 5 + 10 + 50 + 1  # correctness draws, warmup, timed, bypass
@@ -136,15 +141,17 @@ def split_recorded(rows: list[dict[str, Any]], catalog: dict[str, dict[str, Any]
         unavoidable = (IMPL_CALLS * impl_ms + EAGER_CALLS * eager_ms) / 1e3
         unavoidable += ANCHOR_DRAWS * anchor_s
         phases = {k: v for k, v in (row.get("timings_s") or {}).items() if k != "child_total"}
-        out.append({
-            "file": row["file"],
-            "verdict": row["verdict"],
-            "wall_s": row["wall_s"],
-            "unavoidable_s": round(unavoidable, 3),
-            "harness_s": round(row["wall_s"] - unavoidable, 3),
-            "outside_phases_s": round(row["wall_s"] - sum(phases.values()), 3),
-            "inputs_gb": entry.get("inputs_gb"),
-        })
+        out.append(
+            {
+                "file": row["file"],
+                "verdict": row["verdict"],
+                "wall_s": row["wall_s"],
+                "unavoidable_s": round(unavoidable, 3),
+                "harness_s": round(row["wall_s"] - unavoidable, 3),
+                "outside_phases_s": round(row["wall_s"] - sum(phases.values()), 3),
+                "inputs_gb": entry.get("inputs_gb"),
+            }
+        )
     return out
 
 
@@ -152,12 +159,16 @@ def print_split(split: list[dict[str, Any]], target_s: float = 3.0) -> None:
     print("| submission | verdict | wall s | unavoidable s | harness s | outside phases s |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for r in split:
-        print(f"| {Path(r['file']).name} | {r['verdict']} | {r['wall_s']:.2f} | "
-              f"{r['unavoidable_s']:.2f} | {r['harness_s']:.2f} | {r['outside_phases_s']:.2f} |")
+        print(
+            f"| {Path(r['file']).name} | {r['verdict']} | {r['wall_s']:.2f} | "
+            f"{r['unavoidable_s']:.2f} | {r['harness_s']:.2f} | {r['outside_phases_s']:.2f} |"
+        )
     within = sum(r["harness_s"] <= target_s for r in split)
     fixed = [r["outside_phases_s"] for r in split]
-    print(f"harness share <= {target_s:g} s in {within} of {len(split)} evaluations; "
-          f"fixed cost outside phases {min(fixed):.2f}-{max(fixed):.2f} s")
+    print(
+        f"harness share <= {target_s:g} s in {within} of {len(split)} evaluations; "
+        f"fixed cost outside phases {min(fixed):.2f}-{max(fixed):.2f} s"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--gap-s",
+        type=float,
+        default=None,
+        help="pause before each paced warm evaluation (default 20 s on a GPU, 3 s on CPU)",
+    )
     parser.add_argument("--from-rows", type=Path, help="recorded evaluations (JSON lines)")
     parser.add_argument("--catalog", type=Path, help="catalog_full_scale.py record (anchor)")
     args = parser.parse_args(argv)
@@ -188,6 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         "static_rules_ms": static_rules_ms(source),
         "cold": run_cold(request, config, device, args.repeats),
         "warm": asyncio.run(run_warm(request, config, device, args.repeats)),
+        "warm_paced": asyncio.run(
+            run_warm(
+                request,
+                config,
+                device,
+                args.repeats,
+                args.gap_s if args.gap_s is not None else (20.0 if device == "cuda" else 3.0),
+            )
+        ),
         "timer_floor_ms": timer_floor_ms(device),
     }
     if args.json:
@@ -196,9 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"grading overhead on {device} ({args.repeats} evaluations each)")
     for label, ms in report["static_rules_ms"].items():
         print(f"  static rules, {label} source: {ms:.2f} ms")
-    for mode in ("cold", "warm"):
+    for mode in ("cold", "warm", "warm_paced"):
         r = report[mode]
-        extra = f", warm parent start {r['warm_parent_start_s']:.2f} s" if mode == "warm" else ""
+        extra = ""
+        if mode != "cold":
+            extra = f", warm parent start {r['warm_parent_start_s']:.2f} s, gap {r['gap_s']:g} s"
         print(
             f"  {mode}: wall median {r['wall_median_s']:.2f} s (min {r['wall_min_s']:.2f})"
             f"{extra}; verdicts {r['verdicts']}"

@@ -224,9 +224,16 @@ def feedback_from(request: GradeRequest, outcome: Outcome, device: str) -> Feedb
         timings_s=timings,
         log_tail=outcome.log_tail,
         clock={
-            k: v
-            for k, v in (("submission", data.get("clock")), ("eager", data.get("eager_clock")))
-            if v
+            **{
+                k: v
+                for k, v in (("submission", data.get("clock")), ("eager", data.get("eager_clock")))
+                if v
+            },
+            **(
+                {"judge_started_ahead": data["judge_started_ahead"]}
+                if "judge_started_ahead" in data
+                else {}
+            ),
         },
         impl_event_median_ms=data.get("impl_event_median_ms"),
         eager_event_median_ms=data.get("eager_event_median_ms"),

@@ -83,7 +83,13 @@ class Expected:
 class Judge:
     """One evaluation, driven by the job dictionary the parent sent."""
 
-    def __init__(self, job: dict[str, Any], channel: Channel, spare: RunnerProcess | None = None):
+    def __init__(
+        self,
+        job: dict[str, Any],
+        channel: Channel,
+        spare: RunnerProcess | None = None,
+        prepared: Prepared | None = None,
+    ):
         import torch
 
         from problems.registry import get, load_problem
@@ -100,6 +106,7 @@ class Judge:
         self.timings: dict[str, float] = {}
         self.draws: list[dict[str, Any]] = []
         self.spare = spare
+        self.prepared = prepared
         self.runner: RunnerProcess | None = None
         self.transport: Any = None
         self.deadline = math.inf
@@ -639,7 +646,7 @@ class Judge:
         torch = self.torch
         seeds = self.job["seeds"]
         result = self.result
-        reference = RunnerProcess.fork_reference(self.device, self.problem.reference)
+        reference = self.reference_runner()
         try:
             result["device"] = torch.cuda.get_device_name() if self.cuda else "cpu (preview)"
             if not self.cuda:
@@ -716,7 +723,26 @@ class Judge:
         )
         return result
 
+    def reference_runner(self) -> RunnerProcess:
+        """The prepared reference runner armed with this problem, or a freshly forked one."""
+        prepared, self.prepared = self.prepared, None
+        self.result["judge_started_ahead"] = prepared is not None and prepared.device == self.device
+        if prepared is None or prepared.device != self.device:
+            if prepared is not None:
+                prepared.reference.close()
+            return RunnerProcess.fork_reference(self.device, self.problem.reference)
+        message = {"op": "reference", "problem_id": self.job.get("problem_id")}
+        if self.job.get("problem_path"):
+            message["problem_path"] = self.job["problem_path"]
+        reply, _ = prepared.reference.request(message, _monotonic() + 120)
+        if reply.get("op") != "referenced":
+            prepared.reference.close()
+            raise InfrastructureError(f"the reference runner did not load the problem: {reply}")
+        return prepared.reference
+
     def close(self) -> None:
+        if self.prepared is not None:
+            self.prepared.reference.close()
         if self.transport is not None:
             with contextlib.suppress(Exception):  # a broken CUDA context must not hide the verdict
                 self.transport.close()
@@ -731,6 +757,27 @@ class Judge:
 
 class InfrastructureError(Exception):
     """Something of ours failed (not the submission): the verdict is ``error``."""
+
+
+@dataclass
+class Prepared:
+    """What a judge started ahead of its job takes off the job's clock: the CUDA context
+    and a reference runner (forked first, CUDA ready, not yet given a problem)."""
+
+    device: str
+    reference: RunnerProcess
+
+
+def prepare(device: str) -> Prepared:
+    """Fork the reference runner (before this process touches CUDA), then warm CUDA here."""
+    import torch
+
+    reference = RunnerProcess.fork_reference(device, None)
+    if device == "cuda":
+        square = torch.ones(64, 64, dtype=torch.float64, device="cuda")
+        float((square @ square).sum())  # context and the BLAS handle the anchors use
+    reference.wait_ready()
+    return Prepared(device, reference)
 
 
 def _rebuild(template: Any, leaves_iter: Any) -> Any:
@@ -769,13 +816,18 @@ def trimmed_traceback(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
 
 
-def run_job(job: dict[str, Any], result_fd: int, spare: RunnerProcess | None = None) -> None:
+def run_job(
+    job: dict[str, Any],
+    result_fd: int,
+    spare: RunnerProcess | None = None,
+    prepared: Prepared | None = None,
+) -> None:
     """Judge ``job`` and send the result on ``result_fd``."""
     channel = Channel(result_fd, job["nonce"])
     judge: Judge | None = None
     try:
-        judge = Judge(job, channel, spare)
-        spare = None
+        judge = Judge(job, channel, spare, prepared)
+        spare = prepared = None
         result = judge.run()
     except Rejected as exc:
         result = judge.result if judge is not None else {}
@@ -812,6 +864,8 @@ def run_job(job: dict[str, Any], result_fd: int, spare: RunnerProcess | None = N
             judge.close()
         if spare is not None:
             spare.close()
+        if prepared is not None:
+            prepared.reference.close()
     channel.send("result", result)
 
 

@@ -125,7 +125,12 @@ class Runner:
     """State of one runner process: the solve function, buffers, the last outputs."""
 
     def __init__(
-        self, sock: socket.socket, device: str, flag: mmap.mmap | None, armed: Any = None
+        self,
+        sock: socket.socket,
+        device: str,
+        flag: mmap.mmap | None,
+        armed: Any = None,
+        resolver: Any = None,
     ) -> None:
         import torch
 
@@ -135,6 +140,8 @@ class Runner:
         self.flag = flag
         self.solve: Any = _calibration_call  # until a submission is loaded (or armed)
         self.armed = armed  # a trusted runner's function, switched on by "arm"
+        # a trusted runner started ahead of its job: message -> the function to arm
+        self.resolver = resolver
         self.counter: Any = None
         self.buffers: list[Any] = []
         self.last: Any = None  # outputs stay alive until the next call
@@ -144,6 +151,7 @@ class Runner:
         self.reference_numerics: Any = None
         if self.cuda:
             torch.cuda.init()
+            torch.empty(1, device="cuda")  # the context now, before "ready", not in a call
             self._sync = torch.cuda.synchronize
             self._event = torch.cuda.Event
         else:
@@ -198,38 +206,34 @@ class Runner:
 
     # -- one call ------------------------------------------------------------------------
     def build_inputs(self, layout: list[Any], fds: list[int]) -> list[Any]:
-        torch = self.torch
         if fds:
             size = os.fstat(fds[0]).st_size
             region = mmap.mmap(fds[0], max(size, 1))
             os.close(fds[0])
         else:
             region = None
+        return [self._input(node, region) for node in layout]
 
-        def build(node: Any) -> Any:
-            if "t" in node:
-                t = node["t"]
-                dtype = getattr(torch, t["dtype"])
-                if t["device"] == "cuda":
-                    raw = self.buffers[t["buf"]][: t["nbytes"]]
-                else:
-                    raw = (
-                        torch.frombuffer(
-                            region, dtype=torch.uint8, count=t["nbytes"], offset=t["at"]
-                        )
-                        if t["nbytes"]
-                        else torch.empty(0, dtype=torch.uint8)
-                    )
-                return torch.empty(0, dtype=dtype, device=raw.device).set_(
-                    raw.untyped_storage(), t["offset"], t["shape"], t["stride"]
-                )
-            if "list" in node:
-                return [build(x) for x in node["list"]]
-            if "tuple" in node:
-                return tuple(build(x) for x in node["tuple"])
-            return node["v"]
-
-        return [build(node) for node in layout]
+    def _input(self, node: dict[str, Any], region: mmap.mmap | None) -> Any:
+        """One node of the staged input tree (a method, not a self-referencing closure)."""
+        torch = self.torch
+        if "t" in node:
+            t = node["t"]
+            dtype = getattr(torch, t["dtype"])
+            if t["device"] == "cuda":
+                raw = self.buffers[t["buf"]][: t["nbytes"]]
+            elif t["nbytes"]:
+                raw = torch.frombuffer(region, dtype=torch.uint8, count=t["nbytes"], offset=t["at"])
+            else:
+                raw = torch.empty(0, dtype=torch.uint8)
+            return torch.empty(0, dtype=dtype, device=raw.device).set_(
+                raw.untyped_storage(), t["offset"], t["shape"], t["stride"]
+            )
+        if "list" in node:
+            return [self._input(x, region) for x in node["list"]]
+        if "tuple" in node:
+            return tuple(self._input(x, region) for x in node["tuple"])
+        return node["v"]
 
     def stage(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         """Build the next call's inputs (outside the judge's clock)."""
@@ -290,43 +294,7 @@ class Runner:
                 p = x.untyped_storage().data_ptr()
                 spans.append((i, x.device.type, p, p + x.untyped_storage().nbytes()))
         cpu_leaves: list[tuple[dict[str, Any], Any]] = []
-
-        def tree(node: Any) -> Any:
-            if type(node) is list:
-                return {"list": [tree(x) for x in node]}
-            if type(node) is tuple:
-                return {"tuple": [tree(x) for x in node]}
-            if isinstance(node, torch.Tensor):
-                if type(node) is not torch.Tensor:
-                    return {"other": f"{type(node).__module__}.{type(node).__name__}"}
-                if node.device.type not in ("cpu", "cuda"):
-                    return {"other": f"torch.{node.device.type}_tensor"}
-                storage = node.untyped_storage()
-                p, n = storage.data_ptr(), storage.nbytes()
-                alias = [
-                    i for i, kind, a, b in spans if kind == node.device.type and p < b and a < p + n
-                ]
-                t = {
-                    "dtype": str(node.dtype).removeprefix("torch."),
-                    "shape": list(node.shape),
-                    "stride": list(node.stride()),
-                    "offset": node.storage_offset(),
-                    "device": node.device.type,
-                    "nbytes": n,
-                    "aliases": alias,
-                    "layout": str(node.layout),
-                }
-                if node.device.type == "cuda" and n:
-                    assert self.exporter is not None
-                    t.update(self.exporter.export(p))
-                elif n:
-                    cpu_leaves.append((t, storage))
-                return {"t": t}
-            if node is None or type(node) in (int, float, bool, str):
-                return {"v": node}
-            return {"other": f"{type(node).__module__}.{type(node).__name__}"}
-
-        described = tree(out)
+        described = self._tree(out, spans, cpu_leaves)
         fds: list[int] = []
         if cpu_leaves:
             total = 0
@@ -346,6 +314,43 @@ class Runner:
             region.close()
             fds.append(fd)
         return {"outputs": described}, fds
+
+    def _tree(self, node: Any, spans: list[Any], cpu_leaves: list[Any]) -> Any:
+        """One node of the output description (a method, not a self-referencing closure)."""
+        torch = self.torch
+        if type(node) is list:
+            return {"list": [self._tree(x, spans, cpu_leaves) for x in node]}
+        if type(node) is tuple:
+            return {"tuple": [self._tree(x, spans, cpu_leaves) for x in node]}
+        if isinstance(node, torch.Tensor):
+            if type(node) is not torch.Tensor:
+                return {"other": f"{type(node).__module__}.{type(node).__name__}"}
+            if node.device.type not in ("cpu", "cuda"):
+                return {"other": f"torch.{node.device.type}_tensor"}
+            storage = node.untyped_storage()
+            p, n = storage.data_ptr(), storage.nbytes()
+            alias = [
+                i for i, kind, a, b in spans if kind == node.device.type and p < b and a < p + n
+            ]
+            t = {
+                "dtype": str(node.dtype).removeprefix("torch."),
+                "shape": list(node.shape),
+                "stride": list(node.stride()),
+                "offset": node.storage_offset(),
+                "device": node.device.type,
+                "nbytes": n,
+                "aliases": alias,
+                "layout": str(node.layout),
+            }
+            if node.device.type == "cuda" and n:
+                assert self.exporter is not None
+                t.update(self.exporter.export(p))
+            elif n:
+                cpu_leaves.append((t, storage))
+            return {"t": t}
+        if node is None or type(node) in (int, float, bool, str):
+            return {"v": node}
+        return {"other": f"{type(node).__module__}.{type(node).__name__}"}
 
     def audit(self, message: dict[str, Any]) -> dict[str, Any]:
         """Run the last inputs once more under the profiler; report the kernel names seen."""
@@ -398,6 +403,9 @@ class Runner:
             reply, reply_fds = self.report()
         elif op == "audit":
             reply = self.audit(message)
+        elif op == "reference" and self.resolver is not None:
+            self.armed = self.resolver(message)
+            reply = {"op": "referenced"}
         elif op == "arm" and self.armed is not None:
             self.solve = self.armed
             reply = {"op": "armed"}

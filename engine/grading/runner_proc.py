@@ -67,6 +67,15 @@ class RunnerOptions:
     )
 
 
+def _resolve_reference(message: dict[str, Any]) -> Callable[..., Any]:
+    """In a trusted reference runner: the reference function of the problem named."""
+    from problems.registry import get, load_problem
+
+    path = message.get("problem_path")
+    problem = load_problem(Path(path)) if path else get(str(message.get("problem_id")))
+    return problem.reference  # type: ignore[no-any-return]
+
+
 def _tree_rss_mb(pid: int) -> float:
     """Resident memory of ``pid`` and all its descendants."""
     total = 0.0
@@ -174,8 +183,11 @@ class RunnerProcess:
         return proc
 
     @classmethod
-    def fork_reference(cls, device: str, reference: Callable[..., Any]) -> RunnerProcess:
-        """Fork a trusted runner whose solve is ``reference`` (call before touching CUDA)."""
+    def fork_reference(cls, device: str, reference: Callable[..., Any] | None) -> RunnerProcess:
+        """Fork a trusted runner whose solve is ``reference`` (call before touching CUDA).
+
+        With ``reference=None`` the runner is started ahead of its job: a ``reference``
+        message naming the problem (``problem_id`` or ``problem_path``) arms it later."""
         judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         switch = mmap.mmap(-1, mmap.PAGESIZE)
         pid = os.fork()
@@ -186,7 +198,13 @@ class RunnerProcess:
                 from engine.grading.runner import Runner
                 from problems.compare import reference_numerics
 
-                runner = Runner(runner_end, device, None, armed=reference)
+                runner = Runner(
+                    runner_end,
+                    device,
+                    None,
+                    armed=reference,
+                    resolver=_resolve_reference if reference is None else None,
+                )
                 with reference_numerics():  # this process only ever runs the reference
                     runner.serve()
             except EOFError:
@@ -199,6 +217,8 @@ class RunnerProcess:
         return cls(judge_end, pid, switch)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        if self.ready:
+            return self.ready
         reply, _ = self.receive(time.monotonic() + timeout_s)
         if reply.get("op") != "ready":
             raise RunnerDied(f"runner sent {str(reply)[:100]} instead of ready")

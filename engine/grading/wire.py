@@ -148,6 +148,31 @@ class CudaImporter:
 
 
 # -- inputs out ------------------------------------------------------------------------------
+# (module-level helpers, not closures: a self-referencing closure is a reference cycle that
+# kept every call's inputs alive until the garbage collector ran: p51 has 12 GiB per draw)
+def _numbered(node: Any, tensors: list[torch.Tensor]) -> Any:
+    """The input tree with each tensor replaced by its index in ``tensors`` (appended)."""
+    if isinstance(node, torch.Tensor):
+        tensors.append(node)
+        return {"t": len(tensors) - 1}
+    if isinstance(node, list):
+        return {"list": [_numbered(x, tensors) for x in node]}
+    if isinstance(node, tuple):
+        return {"tuple": [_numbered(x, tensors) for x in node]}
+    return {"v": node}
+
+
+def _described(node: dict[str, Any], descs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The numbered tree with each index replaced by that tensor's description."""
+    if "t" in node:
+        return {"t": descs[node["t"]]}
+    if "list" in node:
+        return {"list": [_described(x, descs) for x in node["list"]]}
+    if "tuple" in node:
+        return {"tuple": [_described(x, descs) for x in node["tuple"]]}
+    return node
+
+
 @dataclass
 class Shipment:
     """One call's inputs as sent: the layout message, fds to pass, and readable copies."""
@@ -190,18 +215,7 @@ class Transport:
     def ship(self, inputs: list[Any]) -> Shipment:
         """Lay out ``inputs`` for the runner; CUDA bytes are copied into its buffers now."""
         tensors: list[torch.Tensor] = []
-
-        def walk(node: Any) -> Any:
-            if isinstance(node, torch.Tensor):
-                tensors.append(node)
-                return {"t": len(tensors) - 1}
-            if isinstance(node, list):
-                return {"list": [walk(x) for x in node]}
-            if isinstance(node, tuple):
-                return {"tuple": [walk(x) for x in node]}
-            return {"v": node}
-
-        layout = [walk(x) for x in inputs]
+        layout = [_numbered(x, tensors) for x in inputs]
         cuda_sizes = [t.untyped_storage().nbytes() for t in tensors if t.device.type == "cuda"]
         buffers = self._device_buffers(cuda_sizes) if cuda_sizes else []
         cpu_total = 0
@@ -243,17 +257,7 @@ class Transport:
             shipment.views.append((live, pristine))
         if self.cuda:
             torch.cuda.synchronize()
-
-        def fill(node: Any) -> Any:
-            if "t" in node:
-                return {"t": descs[node["t"]]}
-            if "list" in node:
-                return {"list": [fill(x) for x in node["list"]]}
-            if "tuple" in node:
-                return {"tuple": [fill(x) for x in node["tuple"]]}
-            return node
-
-        shipment.layout = [fill(n) for n in layout]
+        shipment.layout = [_described(n, descs) for n in layout]
         return shipment
 
     # -- outputs back -------------------------------------------------------------------
@@ -265,39 +269,40 @@ class Transport:
             size = os.fstat(fds[0]).st_size
             region = mmap.mmap(fds[0], size, access=mmap.ACCESS_COPY) if size else None
         described_leaves: list[dict[str, Any]] = []
-
-        def build(node: Any, depth: int = 0) -> Any:
-            if not isinstance(node, dict) or depth > 32:
-                raise ProtocolError("malformed output tree")
-            if "list" in node or "tuple" in node:
-                items = node.get("list", node.get("tuple"))
-                if not isinstance(items, list):
-                    raise ProtocolError("malformed output tree")
-                built = [build(x, depth + 1) for x in items]
-                return built if "list" in node else tuple(built)
-            if "v" in node:
-                value = node["v"]
-                if value is not None and type(value) not in (int, float, bool, str):
-                    raise ProtocolError("malformed scalar output")
-                return value
-            if "t" in node:
-                desc = node["t"]
-                if not isinstance(desc, dict):
-                    raise ProtocolError("malformed tensor description")
-                described_leaves.append(desc)
-                if desc.get("layout", "torch.strided") != "torch.strided":
-                    return foreign(f"torch.{desc.get('layout')}_tensor")
-                raw = self._bytes(desc, region, size)
-                return tensor_from_bytes(raw, desc)
-            if "other" in node:
-                return foreign(str(node["other"]))
-            raise ProtocolError("malformed output tree")
-
         try:
-            return build(described), described_leaves
+            return self._build(described, 0, region, size, described_leaves), described_leaves
         finally:
             if region is not None:
                 region.close()
+
+    def _build(
+        self, node: Any, depth: int, region: mmap.mmap | None, size: int, leaves: list[Any]
+    ) -> Any:
+        """One node of a runner's output tree, validated, as judge-owned values."""
+        if not isinstance(node, dict) or depth > 32:
+            raise ProtocolError("malformed output tree")
+        if "list" in node or "tuple" in node:
+            items = node.get("list", node.get("tuple"))
+            if not isinstance(items, list):
+                raise ProtocolError("malformed output tree")
+            built = [self._build(x, depth + 1, region, size, leaves) for x in items]
+            return built if "list" in node else tuple(built)
+        if "v" in node:
+            value = node["v"]
+            if value is not None and type(value) not in (int, float, bool, str):
+                raise ProtocolError("malformed scalar output")
+            return value
+        if "t" in node:
+            desc = node["t"]
+            if not isinstance(desc, dict):
+                raise ProtocolError("malformed tensor description")
+            leaves.append(desc)
+            if desc.get("layout", "torch.strided") != "torch.strided":
+                return foreign(f"torch.{desc.get('layout')}_tensor")
+            return tensor_from_bytes(self._bytes(desc, region, size), desc)
+        if "other" in node:
+            return foreign(str(node["other"]))
+        raise ProtocolError("malformed output tree")
 
     def _bytes(self, desc: dict[str, Any], region: mmap.mmap | None, size: int) -> torch.Tensor:
         nbytes = desc.get("nbytes")

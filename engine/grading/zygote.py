@@ -23,7 +23,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,102 @@ class Spares:
             self.pool.pop().close()
 
 
+@dataclass
+class Primed:
+    """A judge forked ahead of its job: CUDA warm, reference runner ready, a spare runner
+    in hand; it waits for the job on ``job_fd`` and reports on ``result_fd``."""
+
+    pid: int
+    job_fd: int
+    result_fd: int
+    options: RunnerOptions
+
+    def suits(self, job: dict[str, Any]) -> bool:
+        return job["device"] == self.options.device and (
+            bool(job.get("unsafe_no_jail")) != self.options.jail
+        )
+
+    def alive(self) -> bool:
+        try:
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if done:
+            self.pid = 0
+        return not done
+
+    def discard(self) -> None:
+        """Close its job pipe (it exits on end of input) and reap it."""
+        for fd in (self.job_fd, self.result_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, 9)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+
+
+def run_primed_child(
+    job_fd: int, write_fd: int, control: Sequence[int], spare: RunnerProcess | None, device: str
+) -> None:
+    """In a judge forked ahead: prepare, wait for the job, judge it, exit."""
+    code = 0
+    try:
+        os.setsid()
+        for fd in control:
+            os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(devnull, target)
+        from engine.grading.judge import prepare, run_job
+
+        if spare is not None:
+            spare.popen = None  # the warm parent reaps it; this child watches its socket
+        prepared = prepare(device)
+        with os.fdopen(job_fd, "rb") as jobs:
+            line = jobs.readline()
+        if not line:
+            return
+        job = json.loads(line)
+        log = os.open(Path(job["workdir"]) / "worker.log", os.O_WRONLY | os.O_CREAT, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.chdir(job["workdir"])
+        run_job(job, write_fd, spare, prepared)
+    except BaseException:  # noqa: BLE001
+        code = 70
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def prime(spares: Spares, control: Sequence[int]) -> Primed | None:
+    """Fork the next job's judge now (only when spare runners are configured)."""
+    if spares.options is None:
+        return None
+    spare = spares.pool.pop(0) if spares.pool else None
+    job_read, job_write = os.pipe()
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(job_write)
+        os.close(read_fd)
+        run_primed_child(job_read, write_fd, control, spare, spares.options.device)
+    os.close(job_read)
+    os.close(write_fd)
+    spares.after_fork(spare)
+    return Primed(pid, job_write, read_fd, spares.options)
+
+
 def serve(control_in: int, control_out: int, spares: Spares) -> None:
-    from engine.grading.supervise import Limits, Outcome, supervise
+    from engine.grading.supervise import Limits
 
     reader = os.fdopen(control_in, "rb")
+    control = (control_in, control_out)
 
     def send(message: dict[str, Any]) -> None:
         data = (json.dumps(message, default=str) + "\n").encode()
@@ -154,45 +247,88 @@ def serve(control_in: int, control_out: int, spares: Spares) -> None:
             data = data[os.write(control_out, data) :]
 
     spares.refill()
-    while True:
-        line = reader.readline()
-        if not line:
-            return
-        message = json.loads(line)
-        if message.get("kind") == "exit":
-            return
-        if message.get("kind") != "job":
-            continue
-        job, limits = message["job"], Limits(**message.get("limits", {}))
-        spare = spares.take(job)
-        read_fd, write_fd = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_fd)
-            run_child(job, write_fd, (control_in, control_out), spare)
-        os.close(write_fd)
-        spares.after_fork(spare)
-        send({"kind": "started", "pid": pid})
-        spares.refill()  # the next job's runner imports while this one is judged
+    primed = prime(spares, control)
+    spares.refill()
+    try:
+        while True:
+            line = reader.readline()
+            if not line:
+                return
+            message = json.loads(line)
+            if message.get("kind") == "exit":
+                return
+            if message.get("kind") != "job":
+                continue
+            job, limits = message["job"], Limits(**message.get("limits", {}))
+            if primed is not None and not primed.alive():
+                primed.discard()
+                primed = None
+            if primed is not None and primed.suits(job):
+                pid, read_fd = primed.pid, primed.result_fd
+                data = (json.dumps(job) + "\n").encode()
+                try:
+                    while data:
+                        data = data[os.write(primed.job_fd, data) :]
+                finally:
+                    os.close(primed.job_fd)
+                primed = None
+            else:
+                if primed is not None:
+                    primed.discard()
+                    primed = None
+                pid, read_fd = fork_job(job, spares, control)
+            send({"kind": "started", "pid": pid})
+            spares.refill()  # the next job's runner imports while this one is judged
+            primed = prime(spares, control)
+            spares.refill()
+            run_supervised(pid, read_fd, job, limits, spares, send)
+    finally:
+        if primed is not None:
+            primed.discard()
 
-        def poll(pid: int = pid) -> int | None:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            return os.waitstatus_to_exitcode(status) if done else None
 
-        try:
-            outcome = supervise(
-                pid, read_fd, job["nonce"], limits, poll, Path(job["workdir"]) / "worker.log"
-            )
-        except Exception as exc:  # noqa: BLE001 - report instead of dying
-            outcome = Outcome(pid=pid, log_tail=f"supervisor error: {exc!r}")
-        finally:
-            os.close(read_fd)
-        with contextlib.suppress(ChildProcessError):  # reap if not collected yet
-            os.waitpid(pid, os.WNOHANG)
-        spares.reap()
-        send({"kind": "outcome", "outcome": outcome.to_dict()})
+def fork_job(job: dict[str, Any], spares: Spares, control: Sequence[int]) -> tuple[int, int]:
+    """Fork a judge for ``job`` now (no primed judge suits it); returns (pid, result fd)."""
+    spare = spares.take(job)
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        run_child(job, write_fd, control, spare)
+    os.close(write_fd)
+    spares.after_fork(spare)
+    return pid, read_fd
+
+
+def run_supervised(
+    pid: int,
+    read_fd: int,
+    job: dict[str, Any],
+    limits: Any,
+    spares: Spares,
+    send: Callable[[dict[str, Any]], None],
+) -> None:
+    """Watch the judge until it reports or is killed, then send its outcome."""
+    from engine.grading.supervise import Outcome, supervise
+
+    def poll(pid: int = pid) -> int | None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return os.waitstatus_to_exitcode(status) if done else None
+
+    try:
+        outcome = supervise(
+            pid, read_fd, job["nonce"], limits, poll, Path(job["workdir"]) / "worker.log"
+        )
+    except Exception as exc:  # noqa: BLE001 - report instead of dying
+        outcome = Outcome(pid=pid, log_tail=f"supervisor error: {exc!r}")
+    finally:
+        os.close(read_fd)
+    with contextlib.suppress(ChildProcessError):  # reap if not collected yet
+        os.waitpid(pid, os.WNOHANG)
+    spares.reap()
+    send({"kind": "outcome", "outcome": outcome.to_dict()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

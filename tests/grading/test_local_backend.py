@@ -120,3 +120,36 @@ async def test_child_that_cannot_start_falls_back_to_a_cold_worker(tmp_path: Pat
         assert backend.slots[0].parent is None
     finally:
         await backend.close()
+
+
+async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """The warm parent forks the next judge before its job (CUDA and the reference runner
+    ready); a job the prepared judge does not suit (here: unjailed) gets a fresh fork."""
+    from engine.grading.evaluate import feedback_from, make_job
+    from engine.grading.local import WarmParent
+    from engine.grading.supervise import Limits, child_env
+
+    backend = LocalBackend(gpus=None, preload_dsls=False, config=EvalConfig())
+    await backend.start()
+    try:
+        first = await backend.grade(GradeRequest("p28", "cute", HONEST))
+        second = await backend.grade(GradeRequest("p28", "cute", HONEST))
+    finally:
+        await backend.close()
+    assert (first.verdict, second.verdict) == ("preview", "preview")
+    assert first.clock["judge_started_ahead"] is True
+    assert second.clock["judge_started_ahead"] is True
+
+    parent = WarmParent(child_env({}), preload_dsls=False, spare_device="cpu")
+    await parent.start()
+    try:
+        request = GradeRequest("p28", "cute", HONEST)
+        job = make_job(request, "cpu", EvalConfig(unsafe_no_jail=True), str(tmp_path))
+        outcome = await parent.run(job, Limits(timeout_s=120, eager_timeout_s=120))
+    finally:
+        await parent.stop()
+    feedback = feedback_from(request, outcome, "cpu")
+    assert feedback.verdict == "preview" and feedback.jailed is False
+    assert feedback.clock["judge_started_ahead"] is False
