@@ -2,7 +2,9 @@
 
 Subcommands live in :mod:`app.commands`; each module there defines ``register(subparsers)``
 that adds its parser and sets ``func`` (a callable taking the parsed arguments and returning
-an exit code). Exit codes: 0 success, 1 a failed check or verdict, 2 a usage error.
+an exit code) and raises :class:`app.errors.UsageError` for input the user must fix: commands
+never import this module, which imports them. Exit codes: 0 success, 1 a failed check or
+verdict, 2 a usage error.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ import sys
 from collections.abc import Sequence
 
 import app.commands
+from app.errors import UsageError
 
-
-class UsageError(Exception):
-    """Bad arguments or input that the user must fix; printed without a traceback (exit 2)."""
+__all__ = ["UsageError", "build_parser", "main"]  # UsageError: its old home, still importable
 
 
 def build_parser() -> argparse.ArgumentParser:

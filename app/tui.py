@@ -16,11 +16,13 @@ import dataclasses
 import getpass
 import json
 import os
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from textual import events
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
@@ -33,6 +35,7 @@ from engine.events import EngineEvent, EventBus
 from screens.attempt_detail import AttemptDetailScreen
 from screens.attempts import AttemptsScreen
 from screens.base import ChangeCollector, Changes
+from screens.help import HelpScreen
 from screens.launch import LaunchScreen
 from screens.lift import LiftScreen
 from screens.palette import JumpProvider
@@ -41,10 +44,12 @@ from screens.transfer import TransferScreen
 from storage import queries, writes
 from storage.db import open_db, resolve_path
 from storage.readers import ThreadReaders
+from storage.run_locks import ExperimentBusyError
 from storage.sanitize import clean, clean_text
 
 T = TypeVar("T")
 ENGINE_SHUTDOWN_S = 30.0  # how long quitting waits for running attempts to be cancelled
+TYPEAHEAD_S = 1.0  # keys typed up to this long before a mode switch took effect follow it
 SCREENS_DIR = Path(__file__).resolve().parents[1] / "screens"
 
 
@@ -105,11 +110,16 @@ class MkbApp(App[int]):
     }
     DEFAULT_MODE = "attempts"
     COMMANDS = App.COMMANDS | {JumpProvider}
+    # the mode keys are shown in the title bar (AppBar), so the footer keeps its room for
+    # the keys of the screen on top
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "switch_mode('attempts')", "Attempts", id="app.attempts"),
-        Binding("2", "switch_mode('lift')", "Lift", id="app.lift"),
-        Binding("3", "switch_mode('launch')", "Launch", id="app.launch"),
-        Binding("4", "switch_mode('rubric')", "Rubric", id="app.rubric"),
+        Binding("1", "switch_mode('attempts')", "Attempts", show=False, id="app.attempts"),
+        Binding("2", "switch_mode('lift')", "Lift", show=False, id="app.lift"),
+        Binding("3", "switch_mode('launch')", "Launch", show=False, id="app.launch"),
+        Binding("4", "switch_mode('rubric')", "Rubric", show=False, id="app.rubric"),
+        # the footer shows f1: a text field takes "?" as text (and hides it from the footer)
+        Binding("f1", "help", "Help", id="app.help"),
+        Binding("question_mark", "help", "Help", show=False, id="app.help_key"),
     ]
 
     engine_state: reactive[str] = reactive("idle")
@@ -300,7 +310,10 @@ class MkbApp(App[int]):
         ):
             self.engine_state = "idle"
             self.collector.mark_everything()
-            if worker.state == WorkerState.ERROR:
+            if isinstance(worker.error, ExperimentBusyError):  # run by another process
+                self.notify(str(worker.error), title="already running", severity="warning",
+                            timeout=20)
+            elif worker.state == WorkerState.ERROR:
                 self.notify(f"experiment failed: {worker.error}", severity="error", timeout=10)
             elif worker.state == WorkerState.SUCCESS and worker.result is not None:
                 s = worker.result
@@ -363,6 +376,25 @@ class MkbApp(App[int]):
             await asyncio.sleep(self.poll_interval)
 
     # -- navigation ------------------------------------------------------------------------
+    async def action_switch_mode(self, mode: str) -> None:
+        self._switched_at = time.monotonic()  # Textual's event clock (Linux, macOS)
+        await super().action_switch_mode(mode)
+
+    def on_key(self, event: events.Key) -> None:
+        """Type-ahead after a mode key: keys typed before the switch took effect were sent
+        to the screen being left (the switch happens as the mode key bubbles back up here),
+        and come back unused. They are sent again, to the new screen, once it has painted
+        (and focused its first field)."""
+        switched = getattr(self, "_switched_at", 0.0)
+        if event.is_printable and switched - TYPEAHEAD_S < event.time < switched:
+            event.prevent_default()  # not a key binding of the screen it was typed for
+            self.call_after_refresh(self.post_message, events.Key(event.key, event.character))
+
+    async def action_help(self) -> None:
+        """The keys of the screen on top (``?`` / F1 again, or escape, closes it)."""
+        if not isinstance(self.screen, HelpScreen):
+            await self.push_screen(HelpScreen(self.screen))
+
     def open_attempt(self, attempt_id: int) -> None:
         self.push_screen(AttemptDetailScreen(attempt_id))
 

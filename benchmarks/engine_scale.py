@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.config import parse_config
 from engine.scheduler import Engine
-from engine.simulated import SimulatedBackend, SimulatedRunner
+from engine.standins.simulated import SimulatedBackend, SimulatedRunner
 from storage.store import Store
 
 

@@ -1,10 +1,11 @@
 """Grading-fleet throughput: scripted attempts through the real scheduler, store and http pool.
 
 N ``mkb grader serve`` services start as child processes on 127.0.0.1 (CPU preview here, GPUs
-on a GPU host with ``--gpus auto``). Instant scripted agents (engine.simulated.SimulatedRunner)
-submit a real plain-torch p28 implementation ``--submissions`` times and once for the final
-evaluation, so every grading is a real evaluation in a warm worker. Optionally one service is
-SIGKILLed once a share of the gradings is done. Reports gradings per second, feedback latency
+on a GPU host with ``--gpus auto``). Instant scripted agents
+(engine.standins.simulated.SimulatedRunner) submit a real plain-torch p28 implementation
+``--submissions`` times and once for the final evaluation, so every grading is a real
+evaluation in a warm worker. Optionally one service is SIGKILLed once a share of the gradings
+is done. Reports gradings per second, feedback latency
 (submission row written → graded) and fleet utilisation from the /status poller.
 
     .venv/bin/python benchmarks/fleet_throughput.py [--graders 4] [--replicates 13]
@@ -29,10 +30,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.config import ExperimentConfig, parse_config  # noqa: E402
-from engine.fleet import FleetBackend, FleetMonitor, LocalFleet  # noqa: E402
 from engine.grading.api import Feedback, GradeRequest, GradingBackend  # noqa: E402
+from engine.grading.fleet import FleetBackend, FleetMonitor, LocalFleet  # noqa: E402
 from engine.scheduler import AttemptJob, AttemptResult, Engine  # noqa: E402
-from engine.simulated import SimulatedRunner  # noqa: E402
+from engine.standins.simulated import SimulatedRunner  # noqa: E402
 from storage.store import Store  # noqa: E402
 
 TOKEN = "fleet-benchmark-token"

@@ -31,7 +31,7 @@ print(runner.log_tail())
 runner.close()
 PY
     echo "rc=$?" >> "$WORK/jail_smoke.txt"
-    timeout 150 python3 benchmarks/runner_startup.py --device cuda > "$WORK/startup.json" 2>&1
+    timeout 150 python3 benchmarks/runner_startup.py --device cuda --repeats 1 > "$WORK/startup.json" 2>&1
     timeout "${VALIDATION_S:-400}" python3 benchmarks/gpu_validation.py "$WORK/grading" \
       > "$WORK/grading.log" 2>&1
     echo "validation rc=$?" >> "$WORK/grading.log"
@@ -52,6 +52,27 @@ for line in sys.stdin:
       problems/solutions/p36_tirx.py problems/solutions/p36_tirx.py \
       problems/solutions/p36_tirx.py > "$WORK/repeat.log" 2>&1
     { tail -25 "$WORK/redteam.log"; grep -h speedup "$WORK/repeat.log" | cut -c1-300; } \
+      > "$OUT/summary.txt" 2>&1
+    ;;
+  scoring)
+    S=problems/solutions
+    timeout "${REPEAT_S:-200}" python3 benchmarks/gpu_validation.py "$WORK/scoring" \
+      $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py \
+      $S/p28_cute.py $S/p28_tirx.py $S/p25_cute.py $S/p25_tirx.py $S/p02_tirx.py \
+      > "$WORK/scoring.log" 2>&1
+    D=tests/grading/fixtures/dynamic
+    timeout "${REDTEAM_S:-120}" python3 benchmarks/redteam_gpu.py --out "$WORK/redteam" \
+      --device cuda $D/c2_bound_clocks_and_cuda_events.py $D/c3_shaves_within_the_bound.py \
+      $D/f3_timer_signal_fills_later.py $D/b1_runner_functions_replaced.py \
+      > "$WORK/redteam.log" 2>&1
+    timeout 120 python3 -m problems.check p36 p37 p38 --device cuda --scale full \
+      > "$WORK/check_p38.txt" 2>&1
+    { grep -h '"file"' "$WORK/scoring.log" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print(r["file"], r["verdict"], r["reason"], "speedup=%.3f" % (r["speedup"] or 0), "impl=%s" % r["impl_median_ms"], "ev=%s" % r.get("impl_event_median_ms"), "eager=%s" % r["eager_median_ms"], (r.get("clock") or {}).get("submission", {}).get("scored_by"))
+'; tail -20 "$WORK/redteam.log"; tail -4 "$WORK/check_p38.txt"; } \
       > "$OUT/summary.txt" 2>&1
     ;;
   overhead)

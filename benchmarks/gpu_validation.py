@@ -82,6 +82,9 @@ async def main(out_dir: Path, files: list[str]) -> int:
             "message": fb.message[:500],
             "wall_s": round(wall, 2),
             "timings_s": fb.timings_s,
+            "clock": fb.clock,
+            "flags": fb.flags,
+            "impl_event_median_ms": fb.impl_event_median_ms,
         }
         summary["results"].append(row)
         (out_dir / f"{path.stem}.json").write_text(json.dumps(fb.to_dict(), indent=1, default=str))

@@ -26,7 +26,7 @@ from tests.grading.escape_probes import PROBES, canaries, probe_source, probes  
 
 
 async def grade_all(device: str, jailed: bool, found: dict[str, str]) -> list[dict]:
-    config = EvalConfig(unsafe_no_jail=not jailed)
+    config = EvalConfig(unsafe_no_jail=not jailed, dsl_checks=False)  # plain-torch probes
     backend = LocalBackend(gpus="auto" if device == "cuda" else None, config=config)
     await backend.start()
     rows = []
@@ -37,7 +37,7 @@ async def grade_all(device: str, jailed: bool, found: dict[str, str]) -> list[di
             planted = Path(found["planted"])
             wrote = planted.exists()
             planted.unlink(missing_ok=True)
-            escaped = fb.verdict in ("pass", "preview") or fb.reason == "dsl.no_launch" or wrote
+            escaped = fb.verdict in ("pass", "preview") or wrote
             rows.append(
                 {
                     "probe": name,

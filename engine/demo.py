@@ -1,7 +1,7 @@
 """The demo experiment: two catalog problems, one scripted model, all four arms.
 
 A scripted stand-in model (an OpenAI-compatible server on 127.0.0.1 replaying
-``engine/scenarios/{problem}_{kind}.toml``) drives the real Harbor Terminus-2 agent in the
+``engine/standins/scenarios/{problem}_{kind}.toml``) drives the real Harbor Terminus-2 agent in the
 local namespace sandbox; the local grader evaluates every submission (a CPU preview where no
 GPU exists). Both transfer directions resolve, so every view has data.
 """

@@ -1,5 +1,8 @@
 """Build the attempt runner and grading backend an experiment config asks for.
 
+This is the engine's composition root: the one place that picks a stand-in
+(:mod:`engine.standins`) when a config asks for one (``agent``/``grading = "simulated"``, a
+``scenario`` model); the production modules it wires never import stand-ins themselves.
 Imports are lazy so a config that uses simulated parts never loads Harbor or the grader.
 """
 
@@ -23,7 +26,7 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
     """The grading backend named by ``[experiment].grading`` with ``[grading]`` options."""
     options = dict(config.grading_options)
     if config.grading == "simulated":
-        from engine.simulated import SimulatedBackend
+        from engine.standins.simulated import SimulatedBackend
 
         return SimulatedBackend()
     from engine.grading.evaluate import EvalConfig
@@ -38,7 +41,7 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         return LocalBackend(config=eval_config, **options)  # type: ignore[no-any-return]
     if config.grading == "http":
         # the http client pool with a cooldown for hosts that just failed
-        from engine.fleet import FleetBackend
+        from engine.grading.fleet import FleetBackend
 
         return FleetBackend(**options)
     from engine.grading.harbor_backend import HarborBackend, HarborConfig
@@ -66,8 +69,12 @@ class Terminus2Runner:
 
         node = job.node
         extra: dict[str, Any] = {}
-        if job.model.scenario:
+        endpoint = None
+        if job.model.scenario:  # a scripted stand-in model serves this attempt
+            from engine.standins.scripted_llm import scripted_endpoint
+
             extra["scenario"] = job.model.scenario
+            endpoint = scripted_endpoint
         if self.config.concurrency.llm_calls_per_model is not None:
             extra["llm_limit"] = job.model.name  # the agent's per-model call limit
         spec = AttemptSpec(
@@ -91,7 +98,7 @@ class Terminus2Runner:
             environment_kwargs=sandbox_kwargs(self.config, job.sandbox_options),
             max_tries=self.config.max_tries,
         )
-        outcome = await run_attempt(spec, backend, observer)
+        outcome = await run_attempt(spec, backend, observer, endpoint=endpoint)
         state = outcome.state if outcome.state in ("finished", "failed", "interrupted") else (
             "failed")
         return AttemptResult(
@@ -119,7 +126,7 @@ def sandbox_kwargs(config: ExperimentConfig, options: dict[str, Any]) -> dict[st
 
 def make_runner(config: ExperimentConfig) -> AttemptRunner:
     if config.agent == "simulated":
-        from engine.simulated import SimulatedRunner
+        from engine.standins.simulated import SimulatedRunner
 
         options = {"submissions": config.max_submissions, **config.agent_options}
         return SimulatedRunner(**options)

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.events import EventBus
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
-from engine.grading_gate import GradingGate
+from engine.grading.gate import GradingGate
 from storage import writes
 from storage.store import Store
 

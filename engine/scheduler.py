@@ -6,6 +6,13 @@ reuses finished attempts, reruns failed or interrupted ones by policy and detect
 (task build or attached skill changed) — rerun only with ``rerun_stale``. An attempt's
 outcome is written in one transaction, so ``kill -9`` at any point loses no finished attempt
 and never duplicates one; attempts caught mid-run are marked interrupted on the next start.
+
+One engine runs an experiment at a time: :meth:`Engine.run` takes the experiment's run lock
+(``storage/run_locks.py``) in the transaction that starts the run, refreshes it while running
+and drops it when it stops. A second engine on the same experiment (another ``mkb run``, the
+TUI's launch form) gets :class:`~storage.run_locks.ExperimentBusyError` before it plans or
+touches anything; a lock left by a killed engine is detected dead and taken over, so resuming
+after ``kill -9`` works as before.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +32,10 @@ from engine.analysis.paired import ArmResult, rho, verdict
 from engine.config import ExperimentConfig, ModelConfig
 from engine.events import EventBus
 from engine.grading.api import Feedback, GradingBackend
-from engine.grading_gate import GradingGate
+from engine.grading.gate import GradingGate
 from engine.plan import ComparisonSpec, Plan, PlanNode, build_plan
 from engine.recording import RecordingBackend, StoreObserver
-from storage import queries, writes
+from storage import queries, run_locks, writes
 from storage.db import now
 from storage.store import Store
 
@@ -121,6 +130,14 @@ def arm_result(row: queries.AttemptRow) -> ArmResult:
     return ArmResult(_passed(row), row.impl_median_ms, row.eager_median_ms)
 
 
+def this_command() -> str:
+    """How this process was started, for the run lock (``mkb run x.toml``)."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if name in ("cli.py", "__main__.py"):
+        name = "mkb"
+    return " ".join([name, *sys.argv[1:]])[:300]
+
+
 class Engine:
     """Runs one experiment config against a store."""
 
@@ -135,6 +152,7 @@ class Engine:
         work_root: Path | None = None,
         rerun_stale: bool = False,
         preview: bool = False,
+        command: str | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -151,6 +169,13 @@ class Engine:
         self._stopping = False
         self._stop_requested = asyncio.Event()  # wakes the scheduling loop at once
         self.gate = GradingGate(config.concurrency.grading_slots)
+        # the run lock: this engine's token, what the lock row shows, how it is kept fresh
+        self.owner = uuid.uuid4().hex
+        self.command = command if command is not None else this_command()
+        self.heartbeat_s = run_locks.HEARTBEAT_S
+        self.stale_after_s = run_locks.STALE_AFTER_S
+        self.taken_over: run_locks.RunLock | None = None  # a dead engine's lock this one took
+        self.lock_lost = False  # another engine took the lock: write nothing more
 
     # -- controls ------------------------------------------------------------------------------
     def pause(self) -> None:
@@ -170,6 +195,10 @@ class Engine:
 
     # -- setup ---------------------------------------------------------------------------------
     def _prepare(self, db: Any) -> dict[str, int]:
+        # first, in the same transaction: a second engine on this experiment stops here
+        self.taken_over = run_locks.acquire(db, self.config.id, self.owner,
+                                            command=self.command,
+                                            stale_after_s=self.stale_after_s)
         writes.create_experiment(
             db,
             self.config.id,
@@ -234,7 +263,49 @@ class Engine:
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> RunSummary:
-        self.ids = await self.store.write(self._prepare)
+        """Run the experiment to its end, holding its run lock throughout.
+
+        Raises :class:`~storage.run_locks.ExperimentBusyError`, having changed nothing, when
+        another live engine runs the same experiment.
+        """
+        run_locks.register_owner(self.owner)
+        try:
+            self.ids = await self.store.write(self._prepare)
+        except BaseException:  # busy, or cancelled while starting: never keep the lock
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.write(
+                    run_locks.release, self.config.id, self.owner))
+            run_locks.unregister_owner(self.owner)
+            raise
+        if self.taken_over is not None:  # a killed engine's lock: say whose run resumes
+            self.bus.emit("run_lock_taken_over", self.config.id, pid=self.taken_over.pid,
+                          host=self.taken_over.host, since=self.taken_over.started_at)
+        heartbeat = asyncio.create_task(self._heartbeat(), name=f"run-lock-{self.config.id}")
+        try:
+            return await self._run()
+        finally:
+            heartbeat.cancel()
+            if not self.lock_lost:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.store.write(
+                        run_locks.release, self.config.id, self.owner))
+            run_locks.unregister_owner(self.owner)
+
+    async def _heartbeat(self) -> None:
+        """Keep the run lock fresh; stop at once if another engine took it over."""
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                held = await self.store.write(run_locks.heartbeat, self.config.id, self.owner)
+            except Exception:  # noqa: BLE001 - a busy store: try again next beat
+                continue
+            if not held:
+                self.lock_lost = True
+                self.bus.emit("run_lock_lost", self.config.id)
+                self.stop()
+                return
+
+    async def _run(self) -> RunSummary:
         self.bus.emit("experiment_started", self.config.id, attempts=len(self.plan.nodes))
         rows = {r.plan_key: r for r in await self.store.read(
             queries.attempts_for_experiment, self.config.id)}
@@ -331,7 +402,8 @@ class Engine:
                 await asyncio.gather(*running, return_exceptions=True)
             state = "stopped" if (interrupted or self._stopping) else "finished"
             with contextlib.suppress(Exception):
-                await self.store.write(writes.set_experiment_state, self.config.id, state)
+                if not self.lock_lost:  # else the new holder owns the experiment's state
+                    await self.store.write(writes.set_experiment_state, self.config.id, state)
             self.bus.emit("experiment_" + state, self.config.id)
         by_state = await self.store.read(queries.attempt_states, self.config.id)
         resolved = sum(c.resolved for c in await self.store.read(
@@ -343,6 +415,8 @@ class Engine:
         """Shutdown: record the attempts in flight as interrupted at once, before their
         runners finish cleaning up (a sandbox can take a while), so the store says what
         happened even when the process exits next; the next run resumes them."""
+        if self.lock_lost:  # the engine that took over has done so, and may be running them
+            return
         with contextlib.suppress(Exception):
             await asyncio.shield(self.store.write(
                 writes.interrupt_active, self.config.id, STOPPED_WHILE_RUNNING,
@@ -423,9 +497,10 @@ class Engine:
             result = await self.runner(job, backend, observer)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.write(
-                    writes.update_attempt, attempt_id, "attempt_interrupted",
-                    state="interrupted", error="cancelled", ended_at=now()))
+                if not self.lock_lost:  # else the engine that took over owns the attempt
+                    await asyncio.shield(self.store.write(
+                        writes.update_attempt, attempt_id, "attempt_interrupted",
+                        state="interrupted", error="cancelled", ended_at=now()))
             raise
         except Exception as exc:  # noqa: BLE001 - a runner bug must not stop the experiment
             result = AttemptResult(state="failed", error=f"{type(exc).__name__}: {exc}")
@@ -443,6 +518,8 @@ class Engine:
     async def _record_result(
         self, node: PlanNode, attempt_id: int, result: AttemptResult, try_number: int
     ) -> None:
+        if self.lock_lost:  # another engine owns the experiment now
+            return
         state = result.state if result.state in ("finished", "failed", "interrupted") else "failed"
         if (
             state == "failed"

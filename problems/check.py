@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import math
 import statistics
@@ -860,6 +861,9 @@ def run_checks(
         reports.append(report)
         if progress:
             progress(report)
+        # a problem's tensors may sit in reference cycles (tracebacks, closures): collect
+        # them before the next problem allocates (p38's float64 anchor needs ~60 GB alone)
+        gc.collect()
         if opts.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.empty_cache()
     return reports

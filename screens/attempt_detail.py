@@ -16,6 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Footer, RichLog, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
@@ -67,6 +68,8 @@ class AttemptDetailScreen(LiveScreen):
     """One attempt, live."""
 
     CSS_PATH = "attempt_detail.tcss"
+    HELP = ("The header gives the final evaluation's speedup (what the paper scores) and, "
+            "dim, the best submission's. PageUp / PageDown page the open tab.")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back", id="detail.back"),
         Binding("t", "tab('trajectory')", "Trajectory", id="detail.trajectory"),
@@ -146,6 +149,14 @@ class AttemptDetailScreen(LiveScreen):
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
+
+    def main_scrollable(self) -> Widget | None:
+        """The open tab's log or scroll view."""
+        pane = self.query_one(TabbedContent).active_pane
+        if pane is None:
+            return None
+        found = pane.query("TrajectoryLog, VerticalScroll")
+        return found.first() if found else None
 
     def action_open_comparison(self) -> None:
         if not self.comparisons:

@@ -12,28 +12,49 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from sqlite_utils import Database
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import RowKey
 
 from screens.app_bar import AppBar
 from screens.base import Changes, LiveScreen, host
 from screens.filters import parse_filter
+from screens.fit import Column, Layout, available_width, fill, fit, project
 from screens.render import ATTEMPT_COLUMNS, SORTABLE, attempt_cells
 from storage import queries
 
 PAGE_SIZE = 100
-SORT_CYCLE = ("id", "model", "problem_id", "state", "best_speedup", "submissions_used",
-              "started_at")
+SORT_CYCLE = ("id", "model", "problem_id", "state", "best_speedup", "speedup",
+              "submissions_used", "started_at")
+DESCENDING_FIRST = {"best_speedup", "speedup"}
 STATE_COLUMN = [key for key, _ in ATTEMPT_COLUMNS].index("state")
 UNSAFE_MARK = "UNSAFE"
+# How each column gives way in a narrow terminal: DSL goes first (the arm names it), then
+# the id; then model and arm names shrink with an ellipsis; then the clock and the
+# submission count go. The state (with its UNSAFE mark) is never cut.
+FIT: dict[str, Column] = {
+    "id": Column("id", "id", drop=2),
+    "model": Column("model", "model", min_width=8),
+    "problem_id": Column("problem_id", "problem"),
+    "dsl": Column("dsl", "DSL", drop=1),
+    "arm": Column("arm", "arm", min_width=9),
+    "state": Column("state", "state"),
+    "elapsed": Column("elapsed", "elapsed / budget", short="elapsed", drop=3),
+    "submissions_used": Column("submissions_used", "subs", drop=4),
+    "speedup": Column("speedup", "final"),
+    "best_speedup": Column("best_speedup", "best"),
+}
+COLUMNS = tuple(FIT[key] for key, _ in ATTEMPT_COLUMNS)
+KEYS = tuple(key for key, _ in ATTEMPT_COLUMNS)
 
 
-def row_cells(row: queries.AttemptRow, now: Any) -> tuple[Text, ...]:
+def row_cells(row: queries.AttemptRow, now: Any, compact: bool = False) -> tuple[Text, ...]:
     """A row's cells; an attempt whose sandbox ran without the agent jail says UNSAFE."""
-    cells = attempt_cells(row, now)
+    cells = attempt_cells(row, now, compact)
     if not row.unsafe_no_jail:
         return cells
     state = cells[STATE_COLUMN].copy()
@@ -54,15 +75,33 @@ def load_page(
 
 
 class AttemptTable(DataTable[Text]):
-    """The attempts of one page, keyed by attempt id."""
+    """The attempts of one page, keyed by attempt id; paging past its first or last row
+    turns the SQL page."""
 
     DEFAULT_CSS = "AttemptTable { height: 1fr; }"
+
+    class PastEdge(Message):
+        """PageDown on the last row (``direction`` 1) or PageUp on the first (-1)."""
+
+        def __init__(self, direction: int) -> None:
+            super().__init__()
+            self.direction = direction
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for key, label in ATTEMPT_COLUMNS:
-            self.add_column(label, key=key)
+
+    def action_page_down(self) -> None:
+        if self.row_count and self.cursor_row >= self.row_count - 1:
+            self.post_message(self.PastEdge(1))
+        else:
+            super().action_page_down()
+
+    def action_page_up(self) -> None:
+        if self.row_count and self.cursor_row <= 0:
+            self.post_message(self.PastEdge(-1))
+        else:
+            super().action_page_up()
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         # Textual 8.2.8 caches rendered rows and lines without their column widths: a page
@@ -77,6 +116,13 @@ class AttemptsScreen(LiveScreen):
     """All attempts of the current experiment, live."""
 
     CSS_PATH = "attempts.tcss"
+    MODE = "attempts"
+    HELP = ("Filter with key:value tokens (state:running model:gpt problem:p28 dsl:cute "
+            "arm:… outcome:… family:…) plus free text. final is the final evaluation's "
+            "speedup (what the paper scores), best the best submission's. PageUp / PageDown "
+            "past the first or last row turn the page. In a narrow terminal, names shorten "
+            "(done:pass, cute→tirx, ed:1a2b, no provider/), DSL and id hide, long names are "
+            "cut (…), then elapsed and subs hide.")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter", id="attempts.filter"),
         Binding("escape", "focus_table", "Table", show=False, id="attempts.table"),
@@ -94,7 +140,9 @@ class AttemptsScreen(LiveScreen):
         self.page_offset = 0
         self.total = 0
         self.rows: list[queries.AttemptRow] = []
-        self._cells: dict[int, tuple[Text, ...]] = {}
+        self._cells: dict[int, tuple[Text, ...]] = {}  # the cells shown, per attempt id
+        self.table_layout: Layout | None = None
+        self._cursor_to: int | None = None  # after turning the page: 0 first row, -1 last
         self.loads = 0
 
     def compose(self) -> ComposeResult:
@@ -112,6 +160,7 @@ class AttemptsScreen(LiveScreen):
     def on_mount(self) -> None:
         host(self).changes.subscribe(self, self.on_changes)
         self.set_interval(1.0, self.tick_elapsed, name="elapsed")
+        self.watch(self.app, "engine_state", lambda _: self.update_status(), init=False)
         self.table.focus()
         self.load()
 
@@ -135,27 +184,37 @@ class AttemptsScreen(LiveScreen):
     def show(self, rows: list[queries.AttemptRow], total: int) -> None:
         """Put a page on screen: patch cells when the same rows are shown, else rebuild."""
         self.loads += 1
+        self.render_rows(rows)
+        self.total = total
+        self.update_status()
+
+    def render_rows(self, rows: list[queries.AttemptRow]) -> None:
+        """Fit the columns to the table's width, then patch the cells that changed (same
+        rows, same layout) or rebuild the table."""
         table = self.table
         now = host(self).now()
-        cells = {r.id: row_cells(r, now) for r in rows}
-        same = [r.id for r in rows] == [r.id for r in self.rows]
+        full = [row_cells(r, now) for r in rows]
+        compact = [row_cells(r, now, compact=True) for r in rows]
+        layout = fit(COLUMNS, full, available_width(table, len(rows)), compact, drop_first=2)
+        chosen = compact if layout.compact else full
+        cells = {r.id: tuple(project(layout, c)) for r, c in zip(rows, chosen, strict=True)}
+        keys = [KEYS[i] for i in layout.shown]
+        same = layout == self.table_layout and [r.id for r in rows] == [r.id for r in self.rows]
         with self.app.batch_update():
             if same:
                 for r in rows:
-                    old = self._cells.get(r.id)
-                    for (key, _), new, before in zip(ATTEMPT_COLUMNS, cells[r.id],
-                                                     old or (None,) * len(ATTEMPT_COLUMNS)):
+                    for key, new, before in zip(keys, cells[r.id], self._cells[r.id],
+                                                strict=True):
                         if new != before:
-                            table.update_cell(str(r.id), key, new, update_width=True)
+                            table.update_cell(str(r.id), key, new)
             else:
                 cursor = table.cursor_row
-                table.clear()
-                for r in rows:
-                    table.add_row(*cells[r.id], key=str(r.id))
+                fill(table, layout, KEYS, chosen, [str(r.id) for r in rows])
+                if self._cursor_to is not None:
+                    cursor, self._cursor_to = self._cursor_to % max(1, len(rows)), None
                 if rows:
                     table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
-        self.rows, self._cells, self.total = rows, cells, total
-        self.update_status()
+        self.rows, self._cells, self.table_layout = rows, cells, layout
 
     def update_status(self) -> None:
         pages = max(1, -(-self.total // PAGE_SIZE))
@@ -164,25 +223,34 @@ class AttemptsScreen(LiveScreen):
         app = host(self)
         exp = app.experiment_id or "all experiments"
         grading = app.grading_status()
-        self.query_one("#attempt-status", Static).update(
+        status = Text(
             f"{exp} · {self.total} attempts · page {page}/{pages} · sort {self.sort} {arrow}"
             + (f" · filter {self.filter_text!r}" if self.filter_text else "")
             + (f" · {grading}" if grading else "")
         )
+        if getattr(self.app, "engine_state", "idle") == "paused":
+            status.append(" · PAUSED: no new attempts start (Launch, ctrl+t resumes)",
+                          style="bold yellow")
+        self.query_one("#attempt-status", Static).update(status)
 
     def tick_elapsed(self) -> None:
         """Advance the elapsed clock of running attempts (and the grading line) without a
         query."""
         if host(self).grading_status() is not None:
             self.update_status()
-        now = host(self).now()
-        table = self.table
-        for r in self.rows:
-            if r.state in ("running", "final_eval") and r.started_at:
-                cell = attempt_cells(r, now)[6]
-                if cell != self._cells[r.id][6]:
-                    table.update_cell(str(r.id), "elapsed", cell, update_width=True)
-                    self._cells[r.id] = (*self._cells[r.id][:6], cell, *self._cells[r.id][7:])
+        if any(r.state in ("running", "final_eval") and r.started_at for r in self.rows):
+            self.render_rows(self.rows)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self._refit)
+
+    def _refit(self) -> None:
+        """Fit the page shown when the callback runs (a load may have replaced it)."""
+        if self.rows:
+            self.render_rows(self.rows)
+
+    def main_scrollable(self) -> Widget | None:
+        return self.table
 
     def on_changes(self, changes: Changes) -> None:
         if changes.attempts:
@@ -212,7 +280,7 @@ class AttemptsScreen(LiveScreen):
         if key == self.sort:
             self.descending = not self.descending
         else:
-            self.sort, self.descending = key, key == "best_speedup"
+            self.sort, self.descending = key, key in DESCENDING_FIRST
         self.page_offset = 0
         self.load()
 
@@ -231,13 +299,20 @@ class AttemptsScreen(LiveScreen):
     def action_cycle_sort(self) -> None:
         index = SORT_CYCLE.index(self.sort) if self.sort in SORT_CYCLE else -1
         self.sort = SORT_CYCLE[(index + 1) % len(SORT_CYCLE)]
-        self.descending = self.sort == "best_speedup"
+        self.descending = self.sort in DESCENDING_FIRST
         self.page_offset = 0
         self.load()
 
     def action_reverse_sort(self) -> None:
         self.descending = not self.descending
         self.load()
+
+    @on(AttemptTable.PastEdge)
+    def turn_page(self, event: AttemptTable.PastEdge) -> None:
+        before = self.page_offset
+        self.action_page(event.direction)
+        if self.page_offset != before:
+            self._cursor_to = 0 if event.direction > 0 else -1
 
     def action_page(self, delta: int) -> None:
         last = max(0, (self.total - 1) // PAGE_SIZE * PAGE_SIZE)

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
+from textual.binding import Binding, BindingType
 from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.signal import Signal
+from textual.widget import Widget
 
 T = TypeVar("T")
 
@@ -105,7 +107,29 @@ def host(node: DOMNode) -> TuiHost:
     return cast(TuiHost, node.app)
 
 
-class LiveScreen(Screen[None]):
+class PagedScreen(Screen[None]):
+    """A screen whose main table (or text) PageUp / PageDown page wherever the focus is, so
+    no Tab is needed first; :attr:`HELP` is shown under its keys in the help screen."""
+
+    HELP: ClassVar[str] = ""
+    MODE: ClassVar[str | None] = None  # the App mode whose base screen this is
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("pageup", "page_main(-1)", "Page up the table", show=False, id="page.up"),
+        Binding("pagedown", "page_main(1)", "Page down the table", show=False,
+                id="page.down"),
+    ]
+
+    def main_scrollable(self) -> Widget | None:
+        """The widget PageUp / PageDown page (None: nothing to page)."""
+        return None
+
+    def action_page_main(self, direction: int) -> None:
+        target = self.main_scrollable()
+        if target is not None:
+            (target.action_page_down if direction > 0 else target.action_page_up)()
+
+
+class LiveScreen(PagedScreen):
     """A screen fed by change batches: it reloads at once while on top, and only once when
     shown again otherwise (a hidden screen runs no queries)."""
 

@@ -37,9 +37,10 @@ class LabelDialog(ModalScreen[LabelInput | None]):
 
     DEFAULT_CSS = """
     LabelDialog { align: center middle; }
-    LabelDialog > Vertical { width: 80; height: auto; border: thick $primary; padding: 1 2;
+    LabelDialog > Vertical { width: 80; height: auto; border: thick $primary; padding: 0 2;
                              background: $surface; }
     LabelDialog Select, LabelDialog Input { margin-bottom: 1; }
+    LabelDialog .field-label { color: $text-muted; }
     LabelDialog Horizontal { height: auto; align-horizontal: right; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -55,13 +56,17 @@ class LabelDialog(ModalScreen[LabelInput | None]):
         values = values_for(self.task_name, categories[0])
         with Vertical():
             yield Label("Add a human label")
+            yield Label("Task", classes="field-label", id="label-task-name")
             yield Select([(t, t) for t in TASKS], value=self.task_name, allow_blank=False,
                          id="label-task")
+            yield Label("Category", classes="field-label", id="label-category-name")
             yield Select([(c, c) for c in categories], value=categories[0], allow_blank=False,
                          id="label-category")
+            yield Label("Value", classes="field-label", id="label-value-name")
             yield Select([(v, v) for v in values], value=values[0], allow_blank=False,
                          id="label-value")
-            yield Input(placeholder="evidence (a quote or a reason)", id="label-evidence")
+            yield Label("Evidence", classes="field-label", id="label-evidence-name")
+            yield Input(placeholder="a quote or a reason", id="label-evidence")
             with Horizontal():
                 yield Button("Save", variant="primary", id="label-save")
                 yield Button("Cancel", id="label-cancel")

@@ -12,11 +12,11 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, SelectionList, Static
 
 from screens.app_bar import AppBar
-from screens.base import host
+from screens.base import PagedScreen, host
 
 FAMILIES = ("Attention", "KV Cache", "MLP & Norm", "MoE", "Quantization", "Linear Attention")
 
@@ -60,10 +60,21 @@ def plan_preview(config: Any) -> str:
     return describe(plan)
 
 
-class LaunchScreen(Screen[None]):
+PAUSED_NOTE = ("paused: running attempts go on, no new attempt starts until you resume "
+               "(ctrl+t or Resume)")
+
+
+class LaunchScreen(PagedScreen):
     """Configure and control an experiment run."""
 
     CSS_PATH = "launch.tcss"
+    MODE = "launch"
+    # Focus the config path as the screen is shown: with the default ("*") the form's scroll
+    # view took focus first, and the keys typed right after `3` went to it and were lost.
+    AUTO_FOCUS = "#config-path"
+    HELP = ("Load a config, narrow it, then Dry run to see the plan before Start. The App owns "
+            "the engine: it keeps running while you browse other screens. esc leaves a field "
+            "so the mode keys work; PageUp / PageDown page the plan.")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+l", "load_config", "Load", id="launch.load"),
         Binding("ctrl+r", "preview", "Dry run", id="launch.preview"),
@@ -87,7 +98,7 @@ class LaunchScreen(Screen[None]):
                     yield Button("Load", id="load-config")
                 yield Label("Models")
                 yield SelectionList[str](id="launch-models")
-                yield Label("Problems (ids or globs, comma-separated; empty = config's)")
+                yield Label("Problems (ids or globs; empty = config's)")
                 yield Input(id="launch-problems")
                 yield Label("Families (none = all)")
                 yield SelectionList[str](*((f, f) for f in FAMILIES), id="launch-families")
@@ -96,14 +107,14 @@ class LaunchScreen(Screen[None]):
                                          id="launch-dsls")
                 yield Label("Replicates")
                 yield Input("1", type="integer", id="launch-replicates")
-                with Horizontal(classes="row"):
-                    yield Button("Dry run", id="preview")
-                    yield Button("Start", variant="success", id="start")
-                    yield Button("Pause", id="pause")
-                    yield Button("Stop", variant="error", id="stop")
             with Vertical(id="launch-side"):
                 yield Static(id="engine-state", markup=False)
-                with VerticalScroll():
+                with Horizontal(id="launch-buttons"):  # always in view, whatever the height
+                    yield Button("Dry run", id="preview", compact=True)
+                    yield Button("Start", variant="success", id="start", compact=True)
+                    yield Button("Pause", id="pause", compact=True)
+                    yield Button("Stop", variant="error", id="stop", compact=True)
+                with VerticalScroll(id="plan-scroll"):
                     yield Static(id="plan-preview", markup=False)
         yield Footer()
 
@@ -118,11 +129,16 @@ class LaunchScreen(Screen[None]):
         """Unfocus the form so the mode keys (1–4) work again."""
         self.set_focus(None)
 
+    def main_scrollable(self) -> Widget | None:
+        return self.query_one("#plan-scroll", VerticalScroll)
+
     def show_engine_state(self, state: str) -> None:
         exp = host(self).experiment_id or "-"
-        self.query_one("#engine-state", Static).update(
-            Text(f"engine: {state} · experiment {exp}",
-                 style="bold green" if state == "running" else "bold"))
+        text = Text(f"engine: {state} · experiment {exp}",
+                    style="bold green" if state == "running" else "bold")
+        if state == "paused":  # cleared as soon as the run resumes
+            text.append(f"\n{PAUSED_NOTE}", style="yellow")
+        self.query_one("#engine-state", Static).update(text)
         self.query_one("#pause", Button).label = "Resume" if state == "paused" else "Pause"
 
     # -- config ----------------------------------------------------------------------------

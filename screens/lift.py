@@ -1,53 +1,77 @@
-"""Lift tables: model × direction × family (ΔGM, T, H, N), solo P / GM / R(2), tiers;
-drill down from any lift cell to the comparisons behind it (→ transfer inspector)."""
+"""Lift tables: model × direction × family (pairs, ρ̄ with its 95% interval, ΔGM, T, H),
+solo P / GM / R(2), tiers; drill down from any lift cell to the comparisons behind it
+(→ transfer inspector). Figures from CPU-preview grading are dimmed and marked PREVIEW."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from rich.text import Text
 from sqlite_utils import Database
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
 from screens.base import Changes, LiveScreen, host
-from screens.render import VERDICT_STYLES, pct, rho_text, signed_pct, speedup_text
-from storage import queries
+from screens.comparisons import ComparisonListScreen
+from screens.fit import Column, available_width, fill, fit
+from screens.lift_cells import (
+    LIFT_COLUMNS,
+    RHO_HELP,
+    RHO_NOTE,
+    SOLO_COLUMNS,
+    STANDING_COLUMNS,
+    TIER_GRID_COLUMNS,
+    add_intervals,
+    lift_cells,
+    solo_cells,
+    tier_cells,
+)
+
+__all__ = ["ComparisonListScreen", "LiftScreen", "compute_report"]
 
 # Small draw counts: the TUI shows tables; `mkb analyze` runs the full permutation tests.
 TUI_DRAWS = {"permutation_draws": 200, "swap_draws": 100, "bootstrap_draws": 100}
 
 
 def compute_report(db: Database, experiment_id: str | None) -> dict[str, Any] | None:
+    """The analysis report of one experiment, ρ̄'s intervals added (on the reading thread)."""
     from engine.analysis.outcomes import from_store
     from engine.analysis.report import AnalysisOptions, analyze
 
     if experiment_id is None:
         return None
     outcomes = from_store(db, experiment_id)
-    return analyze(outcomes, AnalysisOptions(
-        permutation_draws=TUI_DRAWS["permutation_draws"], swap_draws=TUI_DRAWS["swap_draws"],
-        bootstrap_draws=TUI_DRAWS["bootstrap_draws"]))
+    report = analyze(
+        outcomes,
+        AnalysisOptions(
+            permutation_draws=TUI_DRAWS["permutation_draws"],
+            swap_draws=TUI_DRAWS["swap_draws"],
+            bootstrap_draws=TUI_DRAWS["bootstrap_draws"],
+        ),
+    )
+    return add_intervals(report, outcomes)
 
 
-def _cells(*values: Any) -> list[Text]:
-    return [v if isinstance(v, Text) else Text(str(v), justify="right") for v in values]
-
-
-def delta_text(value: Any) -> Text:
-    style = "" if value is None else ("green" if value > 0 else "red" if value < 0 else "")
-    return Text(signed_pct(value), style=style, justify="right")
+Cells = Callable[[dict[str, Any], bool], list[Text]]
 
 
 class LiftScreen(LiveScreen):
     """Per-experiment analysis tables, recomputed when comparisons change."""
 
     CSS_PATH = "lift.tcss"
+    MODE = "lift"
+    HELP = RHO_HELP + (
+        " enter on a lift row lists the comparisons behind it; l / s / t switch tabs."
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("l", "tab('lift-tab')", "Lift", id="lift.tab_lift"),
+        Binding("s", "tab('solo-tab')", "Solo", id="lift.tab_solo"),
+        Binding("t", "tab('tiers-tab')", "Tiers", id="lift.tab_tiers"),
         Binding("r", "refresh", "Recompute", id="lift.refresh"),
     ]
 
@@ -66,19 +90,10 @@ class LiftScreen(LiveScreen):
             with TabPane("Tiers", id="tiers-tab"):
                 yield DataTable(id="tiers-table", cursor_type="row", zebra_stripes=True)
                 yield DataTable(id="tier-grid-table", cursor_type="row", zebra_stripes=True)
+        yield Static(RHO_NOTE, id="lift-note", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
-        columns = {
-            "lift-table": ("model", "direction", "family", "N", "ΔGM", "T", "H"),
-            "solo-table": ("model", "DSL", "N", "P", "GM", "R(2)", "% SOL"),
-            "tiers-table": ("model", "source vs solo", "N", "ΔGM", "T", "H"),
-            "tier-grid-table": ("solo tier", "source tier", "N", "ΔGM", "T", "H"),
-        }
-        for table_id, names in columns.items():
-            table = self.query_one(f"#{table_id}", DataTable)
-            for name in names:
-                table.add_column(name, key=name)
         host(self).changes.subscribe(self, self.on_changes)
         self.query_one("#lift-table", DataTable).focus()  # enter drills down at once
         self.load()
@@ -89,44 +104,68 @@ class LiftScreen(LiveScreen):
         self.report = await app.read(compute_report, app.experiment_id)
         self.show()
 
+    def _fill(
+        self,
+        table_id: str,
+        columns: Sequence[Column],
+        rows: Sequence[dict[str, Any]],
+        cells: Cells,
+        keyed: bool = False,
+    ) -> None:
+        """Fit ``columns`` to the width the tables have, then fill one table."""
+        table = self.query_one(f"#{table_id}", DataTable)
+        full = [cells(r, False) for r in rows]
+        compact = [cells(r, True) for r in rows]
+        width = available_width(self.query_one("#lift-table", DataTable), len(rows))
+        layout = fit(columns, full, width, compact)
+        fill(
+            table,
+            layout,
+            [c.key for c in columns],
+            compact if layout.compact else full,
+            [str(i) for i in range(len(rows))] if keyed else None,
+        )
+
     def show(self) -> None:
         report = self.report
         banner = self.query_one("#lift-banner", Static)
-        lift = self.query_one("#lift-table", DataTable)
-        solo = self.query_one("#solo-table", DataTable)
-        tiers = self.query_one("#tiers-table", DataTable)
-        grid = self.query_one("#tier-grid-table", DataTable)
-        for table in (lift, solo, tiers, grid):
-            table.clear()
         exp = host(self).experiment_id
         if report is None:
+            for table in self.query(DataTable):
+                table.clear()
             banner.update(Text("no experiment in this database yet", style="dim"))
             return
         label = Text(f"experiment {exp} · ")
         if report["preview"]:
-            label.append("PREVIEW (CPU grading, not scored)", style="bold reverse yellow")
+            label.append(
+                "PREVIEW (CPU grading, not scored, not comparable)", style="bold reverse yellow"
+            )
         else:
             label.append("scored")
-        label.append(f" · {len(report['comparisons'])} resolved comparisons · enter: "
-                     "comparisons behind a row")
+        label.append(
+            f" · {len(report['comparisons'])} resolved comparisons · enter: "
+            "comparisons behind a row"
+        )
         banner.update(label)
-        for i, r in enumerate(report["lift"]):
-            lift.add_row(*_cells(Text(r["model"]), Text(r["direction"]), Text(r["family"]),
-                                 r["n"], delta_text(r["delta_gm"]), pct(r["help_rate"]),
-                                 pct(r["harm_rate"])), key=str(i))
-        for s in report["solo"]:
-            sol = s.get("pct_sol_median")
-            solo.add_row(*_cells(Text(s["model"]), Text(s["dsl"]), s["n"], pct(s["pass_rate"]),
-                                 speedup_text(s["gm"]), pct(s["r2"]),
-                                 Text("-" if sol is None else f"{sol:.1f}%")))
-        for t in report["tiers"]["by_standing"]:
-            tiers.add_row(*_cells(Text(t["model"]), Text(t["standing"]), t["n"],
-                                  delta_text(t["delta_gm"]), pct(t["help_rate"]),
-                                  pct(t["harm_rate"])))
-        for t in report["tiers"]["by_solo_and_source_tier"]:
-            grid.add_row(*_cells(Text(t["solo_tier"]), Text(t["source_tier"]), t["n"],
-                                 delta_text(t["delta_gm"]), pct(t["help_rate"]),
-                                 pct(t["harm_rate"])))
+        tiers = report["tiers"]
+        self._fill("lift-table", LIFT_COLUMNS, report["lift"], lift_cells, keyed=True)
+        self._fill("solo-table", SOLO_COLUMNS, report["solo"], solo_cells)
+        self._fill(
+            "tiers-table",
+            STANDING_COLUMNS,
+            tiers["by_standing"],
+            lambda r, c: tier_cells("model", "standing", r, c),
+        )
+        self._fill(
+            "tier-grid-table",
+            TIER_GRID_COLUMNS,
+            tiers["by_solo_and_source_tier"],
+            lambda r, c: tier_cells("solo_tier", "source_tier", r, c),
+        )
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.report is not None:
+            self.call_after_refresh(self.show)
 
     def on_changes(self, changes: Changes) -> None:
         if changes.comparisons or changes.experiments:
@@ -134,6 +173,18 @@ class LiftScreen(LiveScreen):
 
     def action_refresh(self) -> None:
         self.load()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        table = self.main_scrollable()
+        if table is not None:
+            table.focus()
+
+    def main_scrollable(self) -> Widget | None:
+        """The first table of the open tab."""
+        pane = self.query_one(TabbedContent).active_pane
+        found = pane.query(DataTable) if pane is not None else None
+        return found.first() if found else None
 
     @on(DataTable.RowSelected, "#lift-table")
     def lift_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -143,58 +194,8 @@ class LiftScreen(LiveScreen):
         exp = host(self).experiment_id
         if exp is None:
             return
-        self.app.push_screen(ComparisonListScreen(exp, row["model"], row["direction"],
-                                                  row["family"]))
-
-
-def comparisons_for_cell(
-    db: Database, experiment_id: str, model: str, direction: str, family: str
-) -> list[queries.ComparisonRow]:
-    return [c for c in queries.comparisons(db, experiment_id)
-            if c.model == model and c.direction == direction and not c.variant
-            and (family == "all" or c.family == family)]
-
-
-class ComparisonListScreen(Screen[None]):
-    """The comparisons behind one lift cell."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", id="comparisons.back"),
-    ]
-    DEFAULT_CSS = "ComparisonListScreen DataTable { height: 1fr; }"
-
-    def __init__(self, experiment_id: str, model: str, direction: str, family: str) -> None:
-        super().__init__()
-        self.cell = (experiment_id, model, direction, family)
-
-    def compose(self) -> ComposeResult:
-        yield AppBar()
-        _, model, direction, family = self.cell
-        yield Static(f"{model} · {direction} · {family}", classes="section-title", markup=False)
-        yield DataTable(id="comparison-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
-
-    def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for name in ("id", "problem", "family", "rep", "ρ / verdict", "source", "baseline",
-                     "treatment"):
-            table.add_column(name, key=name)
-        self.load()
-        table.focus()
-
-    @work(exclusive=True, exit_on_error=False)
-    async def load(self) -> None:
-        rows = await host(self).read(comparisons_for_cell, *self.cell)
-        table = self.query_one(DataTable)
-        table.clear()
-        for c in rows:
-            verdict = Text(c.verdict or "-", style=VERDICT_STYLES.get(c.verdict or "", ""))
-            table.add_row(Text(str(c.id)), Text(c.problem_id), Text(c.family),
-                          Text(str(c.replicate)), rho_text(c) if c.resolved else verdict,
-                          Text(str(c.source_attempt_id)), Text(str(c.baseline_attempt_id)),
-                          Text(str(c.treatment_attempt_id)), key=str(c.id))
-
-    @on(DataTable.RowSelected)
-    def selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value is not None:
-            self.app.open_comparison(int(event.row_key.value))  # type: ignore[attr-defined]
+        self.app.push_screen(
+            ComparisonListScreen(
+                exp, row["model"], row["direction"], row["family"], row.get("interval")
+            )
+        )

@@ -27,10 +27,11 @@ ATTEMPT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("state", "state"),
     ("elapsed", "elapsed / budget"),
     ("submissions_used", "subs"),
+    ("speedup", "final"),  # the final evaluation's speedup: what the paper scores
     ("best_speedup", "best"),
 )
 SORTABLE = {"id", "model", "problem_id", "dsl", "arm", "state", "submissions_used",
-            "best_speedup", "started_at"}
+            "speedup", "best_speedup", "started_at"}
 STATE_STYLES = {
     "running": "bold cyan",
     "final_eval": "cyan",
@@ -70,10 +71,10 @@ def elapsed_seconds(row: AttemptRow, now: datetime) -> float | None:
     return (end - start).total_seconds()
 
 
-def elapsed_text(row: AttemptRow, now: datetime) -> str:
+def elapsed_text(row: AttemptRow, now: datetime, compact: bool = False) -> str:
     seconds = elapsed_seconds(row, now)
     used = "-" if seconds is None else clock(seconds)
-    return f"{used} / {clock(row.budget_s)}"
+    return f"{used}{'/' if compact else ' / '}{clock(row.budget_s)}"
 
 
 def speedup_text(value: float | None) -> str:
@@ -84,28 +85,41 @@ def ms_text(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} ms"
 
 
-def state_text(state: str, outcome: str | None = None) -> Text:
-    label = state if not outcome or state != "finished" else f"{state}:{outcome}"
+def state_text(state: str, outcome: str | None = None, compact: bool = False) -> Text:
+    """``finished:pass`` (compact: ``done:pass``), else the state."""
+    done = "done" if compact else state
+    label = state if not outcome or state != "finished" else f"{done}:{outcome}"
     return Text(label, style=STATE_STYLES.get(state, ""))
 
 
-def arm_label(row: AttemptRow) -> str:
+def arm_label(row: AttemptRow, compact: bool = False) -> str:
     """The arm, with the plan variant when there is one (``cute2tirx_skill edited:1a2b``),
-    so an edited-skill or cross-model treatment never passes for the paper's arm."""
-    return f"{row.arm} {row.variant}" if row.variant else row.arm
+    so an edited-skill or cross-model treatment never passes for the paper's arm; compact:
+    a treatment as its direction (``cute→tirx``)."""
+    arm, variant = row.arm, row.variant
+    if compact:
+        if arm.endswith("_skill"):
+            arm = arm.removesuffix("_skill").replace("2", "→", 1)
+        if variant.startswith("edited:"):
+            variant = "ed:" + variant.removeprefix("edited:")[:4]
+    return f"{arm} {variant}" if variant else arm
 
 
-def attempt_cells(row: AttemptRow, now: datetime) -> tuple[Text, ...]:
-    """The Attempts table's cells for one row, in ``ATTEMPT_COLUMNS`` order."""
+def attempt_cells(row: AttemptRow, now: datetime, compact: bool = False) -> tuple[Text, ...]:
+    """The Attempts table's cells for one row, in ``ATTEMPT_COLUMNS`` order; ``compact``
+    abbreviates (model without its provider, arm as a direction, ``done:``) for narrow
+    terminals."""
+    model = row.model.rsplit("/", 1)[-1] if compact else row.model
     return (
         Text(str(row.id), justify="right"),
-        Text(row.model),
+        Text(model),
         Text(row.problem_id),
         Text(row.dsl),
-        Text(arm_label(row)),
-        state_text(row.state, row.outcome),
-        Text(elapsed_text(row, now), justify="right"),
+        Text(arm_label(row, compact)),
+        state_text(row.state, row.outcome, compact),
+        Text(elapsed_text(row, now, compact), justify="right"),
         Text(str(row.submissions_used), justify="right"),
+        Text(speedup_text(row.speedup), justify="right"),
         Text(speedup_text(row.best_speedup), justify="right"),
     )
 
@@ -232,8 +246,12 @@ def outcome_text(row: AttemptRow) -> Text:
 
 
 def attempt_title(row: AttemptRow) -> Text:
-    return Text(f"attempt {row.id} · {row.model} · {row.problem_id} ({row.family}) · "
-                f"{row.dsl} · {arm_label(row)} · r{row.replicate}")
+    """The detail header: what the attempt is, and its final (scored) and best speedups."""
+    text = Text(f"attempt {row.id} · {row.model} · {row.problem_id} ({row.family}) · "
+                f"{row.dsl} · {arm_label(row)} · r{row.replicate} · ")
+    text.append(f"final {speedup_text(row.speedup)}", style="bold")
+    text.append(f" (best {speedup_text(row.best_speedup)})", style="dim")
+    return text
 
 
 # -- transfers ---------------------------------------------------------------------------------

@@ -12,13 +12,15 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from sqlite_utils import Database
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
 from screens.base import Changes, LiveScreen, host
+from screens.fit import Column, available_width, fill, fit
 from screens.render import pct, signed_pct
 from screens.rubric_terms import UPTAKE_VALUES
 
@@ -36,6 +38,15 @@ TABS: dict[str, tuple[str, tuple[str, ...]]] = {
     "usage": ("Labels", ("task", "annotator", "kind", "labels", "tokens in", "tokens out",
                          "cost")),
 }
+# headers when a table is too wide for the terminal (screens.fit)
+SHORT = {"followed fully": "fully", "followed partially": "partly", "contradicted": "contra.",
+         "not applicable": "n/a", "followed": "follow.", "propagation": "prop.",
+         "harmed − helped": "Δ pts", "share of comparisons": "share", "no failure": "none",
+         "annotator A": "A", "annotator B": "B", "tokens in": "in", "tokens out": "out"}
+FLEXIBLE = {"model": 8, "category": 10, "cause": 10, "annotator": 8, "annotator A": 6,
+            "annotator B": 6}
+TAB_KEYS = {"prevalence": "p", "uptake": "u", "causes": "c", "lift": "v", "agreement": "a",
+            "usage": "b"}  # one key per tab (the Labels tab: b, as in laBels)
 
 
 def rubric_report(db: Database, experiment_id: str | None) -> dict[str, Any]:
@@ -133,7 +144,12 @@ def summary_text(data: dict[str, Any]) -> Text:
 class RubricScreen(LiveScreen):
     """The rubric views of the current experiment, recomputed when labels change."""
 
+    MODE = "rubric"
+    HELP = ("Labels resolve per item: a human label (transfer inspector, key l) wins over "
+            "LLM labels. One key opens each tab.")
     BINDINGS: ClassVar[list[BindingType]] = [
+        *(Binding(key, f"tab('rubric-{tab}')", TABS[tab][0], show=False,  # in tab titles
+                  id=f"rubric.tab_{tab}") for tab, key in TAB_KEYS.items()),
         Binding("r", "refresh", "Refresh", id="rubric.refresh"),
     ]
     DEFAULT_CSS = """
@@ -151,18 +167,23 @@ class RubricScreen(LiveScreen):
         yield Static(id="rubric-summary", markup=False)
         with TabbedContent(initial="rubric-prevalence", id="rubric-tabs"):
             for key, (title, _) in TABS.items():
-                with TabPane(title, id=f"rubric-{key}"):
+                with TabPane(f"{title} ({TAB_KEYS[key]})", id=f"rubric-{key}"):
                     yield DataTable(id=f"rubric-{key}-table", cursor_type="row",
                                     zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
-        for key, (_, columns) in TABS.items():
-            table = self.query_one(f"#rubric-{key}-table", DataTable)
-            for name in columns:
-                table.add_column(name, key=name)
         host(self).changes.subscribe(self, self.on_changes)
+        self.query_one("#rubric-prevalence-table", DataTable).focus()  # keys page it at once
         self.load()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self.query_one(f"#{tab}-table", DataTable).focus()
+
+    def main_scrollable(self) -> Widget | None:
+        """The open tab's table."""
+        return self.query_one(f"#{self.query_one(TabbedContent).active}-table", DataTable)
 
     @work(exclusive=True, group="rubric-load", exit_on_error=False)
     async def load(self) -> None:
@@ -173,12 +194,18 @@ class RubricScreen(LiveScreen):
     def show(self) -> None:
         if self.report is None:
             return
+        width = available_width(self.query_one("#rubric-prevalence-table", DataTable), 0)
         for key, rows in table_rows(self.report).items():
+            names = TABS[key][1]
+            columns = [Column(n, n, short=SHORT.get(n, ""), min_width=FLEXIBLE.get(n, 0))
+                       for n in names]
             table = self.query_one(f"#rubric-{key}-table", DataTable)
-            table.clear()
-            for row in rows:
-                table.add_row(*row)
+            fill(table, fit(columns, rows, width - 2), names, rows)  # - 2: a scrollbar
         self.query_one("#rubric-summary", Static).update(summary_text(self.report))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.report is not None:
+            self.call_after_refresh(self.show)
 
     def on_changes(self, changes: Changes) -> None:
         if changes.labels or changes.comparisons or changes.experiments:

@@ -6,8 +6,10 @@ A corrupt file, a file that is not SQLite, or a database written by a newer sche
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +45,34 @@ def configure(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous=NORMAL")
+
+
+@contextlib.contextmanager
+def immediate(db: Database) -> Iterator[Database]:
+    """A write transaction that takes SQLite's write lock when it starts (``BEGIN IMMEDIATE``).
+
+    A deferred ``BEGIN`` (what ``db.atomic()`` issues) that reads before it writes cannot
+    wait for another writer: when the file changed since its read, the upgrade to a write
+    fails at once with "database is locked", whatever the busy timeout. An immediate
+    transaction waits up to the busy timeout for the lock instead, and its reads see the
+    latest commit. Every write transaction of ours starts this way; nested, it is a
+    savepoint.
+    """
+    if db.conn.in_transaction:
+        with db.atomic():
+            yield db
+        return
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.rollback()
+        raise
+    try:
+        db.conn.execute("COMMIT")
+    except BaseException:
+        db.rollback()
+        raise
 
 
 @dataclass(frozen=True)
@@ -150,8 +180,10 @@ def open_db(
         p.parent.mkdir(parents=True, exist_ok=True)
     db = connect(p)
     db.enable_wal()
-    if migrate:
-        migrations.apply(db)
+    if migrate and migrations.pending(db):
+        # under the write lock, so two processes opening an old file at once migrate it once
+        with immediate(db):
+            migrations.apply(db)
     return db
 
 

@@ -215,3 +215,27 @@ def m002_add_attempt_unsafe_no_jail(db: Database) -> None:
         "ALTER TABLE attempts ADD COLUMN unsafe_no_jail INTEGER NOT NULL DEFAULT 0 "
         "CHECK (unsafe_no_jail IN (0, 1))"
     )
+
+
+@migrations()
+def m003_create_run_locks(db: Database) -> None:
+    """Which engine runs an experiment: one row per running experiment (``storage/run_locks``).
+
+    ``pid``, ``host`` and ``proc_start`` (boot id and start time of the process, where the
+    host has ``/proc``) identify the engine's process so a lock left by a killed one is seen
+    dead at once on the same host; ``heartbeat_at`` ages it out from other hosts.
+    """
+    db.execute(
+        """
+        CREATE TABLE run_locks (
+            experiment_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            proc_start TEXT NOT NULL DEFAULT '',
+            command TEXT NOT NULL DEFAULT '',
+            started_at TEXT NOT NULL,
+            heartbeat_at TEXT NOT NULL
+        )
+        """
+    )

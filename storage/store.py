@@ -3,7 +3,9 @@
 ``await store.write(fn, *args)`` runs ``fn(db, *args)`` inside a transaction on the single
 writer thread (SQLite allows one writer at a time; a queue keeps callers from ever seeing
 "database is locked"); writes waiting in the queue are committed together (group commit),
-each in its own savepoint so one failing write never undoes another.
+each in its own savepoint so one failing write never undoes another. The transaction starts
+``BEGIN IMMEDIATE``, so another process writing the same file (a second store, ``mkb label``)
+is waited for up to the busy timeout instead of failing a read-then-write.
 ``await store.read(fn, *args)`` runs ``fn`` on a worker thread with its own read connection
 (WAL gives each read a consistent snapshot).
 """
@@ -21,7 +23,7 @@ from typing import Any, TypeVar
 
 from sqlite_utils import Database
 
-from storage.db import connect, open_db, resolve_path
+from storage.db import connect, immediate, open_db, resolve_path
 from storage.readers import ThreadReaders
 
 T = TypeVar("T")
@@ -65,7 +67,7 @@ class Store:
         """Run queued writes in one transaction, each in its own savepoint."""
         outcomes: list[tuple[concurrent.futures.Future[Any], bool, Any]] = []
         try:
-            with db.atomic():
+            with immediate(db):
                 for fn, args, kwargs, future in batch:
                     if not future.set_running_or_notify_cancel():
                         continue

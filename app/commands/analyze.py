@@ -1,4 +1,4 @@
-"""`mkb analyze`: solo metrics, paired lift, tiers and tests from the store or a file."""
+"""`mkb analyze`: every table of the Lift and Rubric screens, from the store or a file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from app.commands.db import add_db_argument
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("analyze", help="lift, help/harm, tiers and tests")
+    parser = subparsers.add_parser("analyze", help="lift, tiers, tests and rubric views")
     src = parser.add_mutually_exclusive_group()
     add_db_argument(src)  # type: ignore[arg-type]
     src.add_argument("--outcomes", help="JSON lines, one object per attempt")
@@ -27,38 +27,54 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def load_outcomes(args: argparse.Namespace) -> Any:
-    from app.cli import UsageError
+def load_inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
+    """The outcomes (file or store) and, from the store, the experiment's rubric views."""
+    from app.errors import UsageError
     from engine.analysis.outcomes import OutcomeError, from_store, load_jsonl
+    from engine.rubric.views import report as rubric_report
     from storage.db import StorageError, open_db
 
     try:
         if args.outcomes:
-            return load_jsonl(args.outcomes)
+            return load_jsonl(args.outcomes), None
         db = open_db(args.db, readonly=True)
         try:
-            return from_store(db, args.experiment)
+            outcomes = from_store(db, args.experiment)
+            exp = outcomes.experiment_id
+            return outcomes, None if exp is None else rubric_report(db, experiment_id=exp)
         finally:
             db.conn.close()
     except (OutcomeError, StorageError) as exc:
         raise UsageError(str(exc)) from exc
 
 
-def run(args: argparse.Namespace) -> int:
-    from app.cli import UsageError
-    from engine.analysis.report import (
-        AnalysisOptions,
-        analyze,
-        render_text,
-        write_csv,
+def render(report: dict[str, Any]) -> str:
+    """The analysis tables, then the rubric views when the outcomes came from the store."""
+    from app.commands.rubric import render_report
+    from engine.analysis.text import render_text
+
+    text = render_text(report)
+    if report.get("rubric") is None:
+        return text
+    note = (
+        " (from the stored comparisons: --fail-flag does not apply)"
+        if report["exclusion"]["fail_flags"]
+        else ""
     )
+    return f"{text}\n\nRubric views{note}\n{render_report(report['rubric'])}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.errors import UsageError
+    from engine.analysis.report import AnalysisOptions, analyze, write_csv
     from storage.sanitize import clean
 
     if args.draws < 1:
         raise UsageError("--draws must be at least 1")
-    outcomes = load_outcomes(args)
+    outcomes, rubric = load_inputs(args)
     report = analyze(outcomes, AnalysisOptions(permutation_draws=args.draws, seed=args.seed,
                                                fail_flags=tuple(args.fail_flag)))
+    report["rubric"] = rubric
     report = clean(report)  # stored names and flags, safe in a terminal and in exports
     if args.figures:
         from engine.analysis.figures import write_figures
@@ -71,5 +87,5 @@ def run(args: argparse.Namespace) -> int:
         for path in write_csv(report, args.csv):
             print(f"wrote {path}")
     else:
-        print(render_text(report))
+        print(render(report))
     return 0

@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from engine.rubric.annotate import Annotator, annotate
     from storage.sanitize import clean_text
     from storage.store import Store

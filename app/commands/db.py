@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from storage.db import StorageError, inspect_file, open_db, resolve_path, table_counts
 
     path = resolve_path(args.db)
@@ -68,7 +68,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from storage.db import StorageError, inspect_file, open_db, resolve_path
 
     path = resolve_path(args.db)

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         from app.commands.run import execute
 
         return execute(unsafe_no_jail(demo_config(), args), args.db, json_events=args.json)
-    from app.cli import UsageError
+    from app.errors import UsageError
     from app.third_party import library_output_to_log
     from storage.db import StorageError
 

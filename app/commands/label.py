@@ -40,7 +40,7 @@ def _subject_exists(db: Any, task: str, subject_id: int) -> bool:
 
 
 def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from app.cli import UsageError
+    from app.errors import UsageError
 
     if args.jsonl:
         if any(v is not None for v in (args.task, args.subject, args.category, args.value)):
@@ -70,9 +70,10 @@ def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from engine.rubric.model import SUBJECT_TYPES, RubricError
     from storage import writes
+    from storage.db import immediate
 
     rubric = load_rubric_arg(args.rubric)
     rows = _rows(args)
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             if not _subject_exists(db, task, subject):
                 raise UsageError(f"{where}: no {SUBJECT_TYPES[task]} {subject} in the database")
             checked.append((task, subject, category, value, str(row.get("evidence", ""))))
-        with db.atomic():  # all or nothing
+        with immediate(db):  # all or nothing; waits for a running engine's write, if any
             for task, subject, category, value, evidence in checked:
                 writes.add_label(db, task=task, subject_type=SUBJECT_TYPES[task],
                                  subject_id=subject, category=category, value=value,

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from typing import Any
 
-from app.cli import UsageError
+from app.errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

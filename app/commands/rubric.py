@@ -15,7 +15,7 @@ def add_rubric_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def load_rubric_arg(path: str | None) -> Any:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from engine.rubric.model import RubricError, load_rubric
 
     try:
@@ -25,7 +25,7 @@ def load_rubric_arg(path: str | None) -> Any:
 
 
 def open_store_db(path: str | None, *, readonly: bool) -> Any:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from storage.db import StorageError, open_db
 
     try:
@@ -36,7 +36,7 @@ def open_store_db(path: str | None, *, readonly: bool) -> Any:
 
 def pick_experiment(db: Any, experiment_id: str | None) -> str:
     """The given experiment (checked), or the newest one."""
-    from app.cli import UsageError
+    from app.errors import UsageError
     from storage import queries
 
     if experiment_id:
@@ -55,7 +55,13 @@ def register(subparsers: Any) -> None:
 
     report = sub.add_parser("report", help="prevalence, uptake, causes, uptake-lift, kappa")
     add_db_argument(report)
-    report.add_argument("--experiment", help="experiment id (default: all labels)")
+    scope = report.add_mutually_exclusive_group()
+    scope.add_argument("--experiment", help="experiment id (default: newest)")
+    scope.add_argument(
+        "--all-experiments",
+        action="store_true",
+        help="pool the labels and comparisons of every experiment",
+    )
     report.add_argument("--annotator", help="use only this annotator's labels")
     report.add_argument("--json", action="store_true", help="print JSON")
     add_rubric_argument(report)
@@ -79,50 +85,173 @@ def register(subparsers: Any) -> None:
     dis.set_defaults(func=run_disagreements)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:5.1f}%"
+def _header(data: dict[str, Any]) -> list[str]:
+    from engine.analysis.text import PREVIEW_TAG
+
+    exp = data["experiment"]
+    scope = (
+        f"experiment {data.get('experiment_name') or '-'} (id {exp})" if exp else "all experiments"
+    )
+    return [
+        f"rubric {data['rubric']['name']} ({data['rubric']['hash']}) · {scope}"
+        + (f"   {PREVIEW_TAG}" if data["preview"] else "")
+    ]
 
 
-def _num(value: float | None, fmt: str = "+.3f") -> str:
-    return "-" if value is None else format(value, fmt)
+def _usage(data: dict[str, Any]) -> list[str]:
+    from engine.analysis.text import text_table
+
+    rows = [
+        (
+            u["task"],
+            u["annotator"],
+            u["annotator_kind"],
+            u["labels"],
+            u["tokens_in"] or 0,
+            u["tokens_out"] or 0,
+            f"${u['cost_usd'] or 0:.4f}",
+        )
+        for u in data["usage"]
+    ]
+    lines = text_table(
+        "labels by task and annotator",
+        ("task", "annotator", "kind", "labels", "tokens in", "tokens out", "cost"),
+        rows,
+        left=3,
+    )
+    if data["failures"]:
+        lines.append(f"  {data['failures']} failed annotation calls (annotation_failed events)")
+    return lines
+
+
+def _prevalence(data: dict[str, Any]) -> list[str]:
+    from engine.analysis.text import share, text_table, title
+
+    rows = [
+        (
+            r["model"],
+            r["category"],
+            share(r["helped_share"]),
+            r["helped_n"],
+            share(r["harmed_share"]),
+            r["harmed_n"],
+            _points(r["harmed_minus_helped_pts"]),
+        )
+        for r in data["prevalence"]
+        if r["helped_n"] or r["harmed_n"]
+    ]
+    return text_table(
+        title("skill-category prevalence: helped vs harmed", data["preview"]),
+        ("model", "category", "helped", "n helped", "harmed", "n harmed", "harmed - helped"),
+        rows,
+        left=2,
+    )
+
+
+def _points(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f} pts"
+
+
+def _uptake(data: dict[str, Any]) -> list[str]:
+    from engine.analysis.text import share, text_table, title
+
+    ratings = data["rubric"].get("uptake_ratings") or []
+    rows = [
+        (
+            r["model"],
+            r["outcome"],
+            r["n"],
+            *(share(r.get(k)) for k in ratings),
+            share(r["followed"]),
+            share(r["propagation"]),
+            r["propagation_n"],
+        )
+        for r in data["uptake"]
+    ]
+    return text_table(
+        title("uptake by transfer outcome", data["preview"]),
+        ("model", "outcome", "n", *ratings, "followed", "propagation", "n prop."),
+        rows,
+        left=2,
+    )
+
+
+def _causes(data: dict[str, Any]) -> list[str]:
+    from engine.analysis.text import share, text_table, title
+
+    rows = [
+        (
+            r["model"],
+            r["cause"],
+            r["count"],
+            share(r["share_of_comparisons"]),
+            r["harmed"],
+            r["labelled"],
+            r["excluded"],
+        )
+        for r in data["causes"]
+        if r["count"]
+    ]
+    return text_table(
+        title("primary failure causes (share of the model's comparisons)", data["preview"]),
+        ("model", "cause", "count", "share", "harmed", "labelled", "no failure"),
+        rows,
+        left=2,
+    )
+
+
+def _uptake_lift(data: dict[str, Any]) -> list[str]:
+    from engine.analysis.text import share, signed, text_table, title
+    from engine.rubric.views import uptake_lift_summary
+
+    lift = data["uptake_lift"]
+    rows = [
+        (
+            c["model"],
+            c["family"],
+            c["n"],
+            c["rated"],
+            share(c["followed_fully"]),
+            signed(c["delta_gm"]),
+        )
+        for c in lift["cells"]
+    ]
+    return text_table(
+        title(uptake_lift_summary(lift), data["preview"]),
+        ("model", "family", "N", "rated", "followed fully", "dGM"),
+        rows,
+        left=2,
+    )
+
+
+def _agreement(data: dict[str, Any]) -> list[str]:
+    from engine.analysis.text import fixed, text_table
+
+    rows = [
+        (
+            a["task"],
+            a["category"],
+            a["annotator_a"],
+            a["annotator_b"],
+            a["n"],
+            a["agree"],
+            fixed(a["kappa"], ".3f"),
+        )
+        for a in data["agreement"]
+    ]
+    return text_table(
+        "agreement (Cohen's kappa)",
+        ("task", "category", "annotator A", "annotator B", "n", "agree", "kappa"),
+        rows,
+        left=4,
+    )
 
 
 def render_report(data: dict[str, Any]) -> str:
-    lines = [f"rubric {data['rubric']['name']} ({data['rubric']['hash']})"
-             + ("   PREVIEW (CPU-graded experiment)" if data["preview"] else "")]
-    lines += ["", "labels by task and annotator"]
-    for u in data["usage"]:
-        lines.append(f"  {u['task']:<7} {u['annotator']:<32} {u['annotator_kind']:<5} "
-                     f"{u['labels']:>6}  tokens {u['tokens_in']}/{u['tokens_out']}  "
-                     f"${u['cost_usd']:.4f}")
-    if data["failures"]:
-        lines.append(f"  {data['failures']} failed annotation calls (annotation_failed events)")
-    lines += ["", "skill-category prevalence: helped vs harmed (points harmed - helped)"]
-    for r in data["prevalence"]:
-        lines.append(f"  {r['model']:<20} {r['category']:<26} helped {_pct(r['helped_share'])} "
-                     f"(n={r['helped_n']})  harmed {_pct(r['harmed_share'])} "
-                     f"(n={r['harmed_n']})  {_num(r['harmed_minus_helped_pts'], '+.1f')}")
-    lines += ["", "uptake by transfer outcome"]
-    for r in data["uptake"]:
-        lines.append(f"  {r['model']:<20} {r['outcome']:<8} n={r['n']:<4} fully "
-                     f"{_pct(r.get('followed fully'))}  followed {_pct(r['followed'])}  "
-                     f"propagation {_pct(r['propagation'])} (n={r['propagation_n']})")
-    lines += ["", "primary failure causes (share of the model's comparisons)"]
-    for r in data["causes"]:
-        if r["count"]:
-            lines.append(f"  {r['model']:<20} {r['cause']:<32} {r['count']:>4}  "
-                         f"{_pct(r['share_of_comparisons'])}")
-    ul = data["uptake_lift"]
-    lines += ["", f"uptake vs lift over model x family cells: Spearman "
-              f"{_num(ul['spearman'])} over {ul['n_cells']} cells"]
-    for c in ul["cells"]:
-        lines.append(f"  {c['model']:<20} {c['family']:<18} n={c['n']:<4} fully "
-                     f"{_pct(c['followed_fully'])}  dGM {_num(c['delta_gm'])}")
-    lines += ["", "agreement (Cohen's kappa)"]
-    for a in data["agreement"]:
-        lines.append(f"  {a['task']:<7} {a['category']:<26} {a['annotator_a']} vs "
-                     f"{a['annotator_b']}: n={a['n']} agree={a['agree']} "
-                     f"kappa={_num(a['kappa'], '.3f')}")
+    """Every rubric view as plain text (the Rubric screen's tables)."""
+    lines = _header(data)
+    for section in (_usage, _prevalence, _uptake, _causes, _uptake_lift, _agreement):
+        lines += section(data)
     return "\n".join(lines)
 
 
@@ -133,7 +262,7 @@ def run_report(args: argparse.Namespace) -> int:
     rubric = load_rubric_arg(args.rubric)
     db = open_store_db(args.db, readonly=True)
     try:
-        experiment = pick_experiment(db, args.experiment) if args.experiment else None
+        experiment = None if args.all_experiments else pick_experiment(db, args.experiment)
         data = report(db, experiment_id=experiment, annotator=args.annotator, rubric=rubric)
     finally:
         db.conn.close()

@@ -36,7 +36,7 @@ def add_unsafe_no_jail_argument(parser: argparse.ArgumentParser) -> None:
 
 def unsafe_no_jail(config: Any, args: argparse.Namespace) -> Any:
     """The config with ``--unsafe-no-jail`` applied (local sandboxes only)."""
-    from app.cli import UsageError
+    from app.errors import UsageError
 
     if not getattr(args, "unsafe_no_jail", False):
         return config
@@ -49,7 +49,7 @@ def unsafe_no_jail(config: Any, args: argparse.Namespace) -> Any:
 
 def apply_overrides(config: Any, args: argparse.Namespace) -> Any:
     """Narrow a config with --problems / --family / --models."""
-    from app.cli import UsageError
+    from app.errors import UsageError
 
     changes: dict[str, Any] = {}
     if args.problems:
@@ -66,7 +66,7 @@ def apply_overrides(config: Any, args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from engine.config import ConfigError, load_config, validate_problems
     from engine.plan import build_plan, describe
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
             json_events: bool = False) -> int:
     """Run a validated config headlessly; prints a summary; returns an exit code."""
-    from app.cli import UsageError
+    from app.errors import UsageError
     from app.third_party import library_output_to_log
     from storage.db import StorageError
     from storage.store import Store
@@ -105,10 +105,12 @@ def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
 
 
 def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -> int:
+    from app.errors import UsageError
     from app.progress import JsonEventStream, ProgressDisplay
     from engine.events import EventBus
     from engine.factory import make_backend, make_runner
     from engine.scheduler import Engine
+    from storage.run_locks import ExperimentBusyError
 
     bus = EventBus()
     backend = make_backend(config)
@@ -120,7 +122,7 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
     async def main() -> Any:
         monitor = None
         if hasattr(backend, "status") and config.grading == "http":
-            from engine.fleet import FleetMonitor
+            from engine.grading.fleet import FleetMonitor
 
             def publish(snapshot: Any) -> None:  # queue depth and GPU utilisation
                 bus.emit("fleet_status", config.id, **snapshot.to_dict())
@@ -146,6 +148,9 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
               file=sys.stderr)
         store.close()
         return 130
+    except ExperimentBusyError as exc:  # another engine runs it: nothing was changed
+        store.close()
+        raise UsageError(str(exc)) from exc
     store.close()
     preview = preview or engine.preview
     report = dataclasses.asdict(summary)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import UsageError
+from app.errors import UsageError
 
 DEFAULT_OUT = "mkb-data/tasks"
 

@@ -33,7 +33,7 @@ def open_tui(
     db: str | None = None, *, attach: bool = False, theme: str | None = None,
     create: bool = False,
 ) -> int:
-    from app.cli import UsageError
+    from app.errors import UsageError
     from storage.db import StorageError, resolve_path
 
     path = resolve_path(db)
@@ -56,7 +56,7 @@ def open_tui(
 
 def run(args: argparse.Namespace) -> int:
     if args.serve is not None:
-        from app.cli import UsageError
+        from app.errors import UsageError
         from app.serve import serve
         from storage.db import StorageError
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 def default_command() -> int:
     """What plain `mkb` runs: the TUI on the default database."""
-    from app.cli import UsageError
+    from app.errors import UsageError
 
     try:
         return open_tui()

@@ -44,21 +44,52 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def _summarise(model: str, dsl: str, items: Sequence[Outcome]) -> SoloMetrics:
+    """Pass rate, GM speedup of passing attempts, R(2) and median %SOL of one group."""
+    speeds = [s for s in (r.speedup for r in items) if s is not None]
+    passing = sum(r.passed for r in items)
+    sol_shares = [p for p in (r.pct_of_sol for r in items) if p is not None]
+    return SoloMetrics(
+        model,
+        dsl,
+        len(items),
+        passing,
+        passing / len(items),
+        geomean(speeds),
+        sum(1 for s in speeds if s >= 2.0) / len(items),
+        statistics.median(sol_shares) if sol_shares else None,
+    )
+
+
 def solo_metrics(rows: Iterable[Outcome]) -> list[SoloMetrics]:
     groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     for r in rows:
         if r.arm == "solo":
             groups[(r.model, r.dsl)].append(r)
-    out = []
-    for (model, dsl), items in sorted(groups.items()):
-        speeds = [s for s in (r.speedup for r in items) if s is not None]
-        passing = sum(r.passed for r in items)
-        sol_shares = [p for p in (r.pct_of_sol for r in items) if p is not None]
-        out.append(SoloMetrics(
-            model, dsl, len(items), passing, passing / len(items), geomean(speeds),
-            sum(1 for s in speeds if s >= 2.0) / len(items),
-            statistics.median(sol_shares) if sol_shares else None,
-        ))
+    return [_summarise(model, dsl, items) for (model, dsl), items in sorted(groups.items())]
+
+
+def arm_metrics(rows: Iterable[Outcome]) -> list[dict[str, object]]:
+    """Pass rate and speedups per model × arm (solo, skill) × DSL (the target, for skill)."""
+    groups: dict[tuple[str, str, str], list[Outcome]] = defaultdict(list)
+    for r in rows:
+        groups[(r.model, r.arm, r.dsl)].append(r)
+    out: list[dict[str, object]] = []
+    for (model, arm, dsl), items in sorted(groups.items()):
+        s = _summarise(model, dsl, items)
+        out.append(
+            {
+                "model": model,
+                "arm": arm,
+                "dsl": dsl,
+                "n": s.n,
+                "passed": s.passed,
+                "pass_rate": s.pass_rate,
+                "gm": s.gm,
+                "r2": s.r2,
+                "pct_sol_median": s.pct_sol_median,
+            }
+        )
     return out
 
 
@@ -166,8 +197,15 @@ def group_by(
     return dict(sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])))
 
 
-def lift_table(comps: Sequence[Comparison]) -> list[dict[str, object]]:
-    """Lift by model × direction over all problems and within each family."""
+def lift_table(
+    comps: Sequence[Comparison],
+    extra: Callable[[Sequence[Comparison]], dict[str, object]] | None = None,
+) -> list[dict[str, object]]:
+    """Lift by model × direction over all problems and within each family.
+
+    ``n`` counts paired comparisons (problem × replicate), ``problems`` distinct problems;
+    ``extra`` adds columns computed from each cell's comparisons (e.g. an interval).
+    """
     out: list[dict[str, object]] = []
     for (model, direction), group in group_by(comps, lambda c: (c.model, c.direction)).items():
         cells = [("all", group)] + [
@@ -175,9 +213,19 @@ def lift_table(comps: Sequence[Comparison]) -> list[dict[str, object]]:
         ]
         for family, g in cells:
             lf = lift(g)
-            out.append({"model": model, "direction": direction, "family": family, "n": lf.n,
-                        "delta_gm": lf.delta_gm, "help_rate": lf.help_rate,
-                        "harm_rate": lf.harm_rate})
+            out.append(
+                {
+                    "model": model,
+                    "direction": direction,
+                    "family": family,
+                    "n": lf.n,
+                    "delta_gm": lf.delta_gm,
+                    "help_rate": lf.help_rate,
+                    "harm_rate": lf.harm_rate,
+                    "problems": len({c.problem for c in g}),
+                    **(extra(g) if extra else {}),
+                }
+            )
     return out
 
 

@@ -68,6 +68,8 @@ class Outcome:
 class OutcomeSet:
     rows: list[Outcome] = field(default_factory=list)
     preview: bool = False  # computed from CPU preview verdicts: label every table PREVIEW
+    experiment_id: str | None = None  # set when read from the store
+    experiment_name: str | None = None
 
 
 def _number(value: Any, where: str, key: str, *, allow_none: bool = True) -> float | None:
@@ -195,7 +197,12 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
             flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
             sol_ms=float(sol) if isinstance(sol, (int, float)) and sol > 0 else None,
         ))
-    return OutcomeSet(rows, preview=bool(exp.preview) or any(r.preview for r in rows))
+    return OutcomeSet(
+        rows,
+        preview=bool(exp.preview) or any(r.preview for r in rows),
+        experiment_id=exp.id,
+        experiment_name=exp.name,
+    )
 
 
 def to_jsonl(outcomes: OutcomeSet) -> str:

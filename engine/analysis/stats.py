@@ -226,3 +226,46 @@ def bootstrap_table(
         {"model": key[0], "direction": key[1], **bootstrap_delta_gm(group, draws, seed)}
         for key, group in group_by(comps, lambda c: (c.model, c.direction)).items()
     ]
+
+
+def delta_gm_interval(
+    comps: Sequence[Comparison], draws: int = 2_000, seed: int = 0
+) -> dict[str, object]:
+    """The bootstrap interval on one cell's ΔGM as lift-table columns."""
+    b = bootstrap_delta_gm(comps, draws, seed)
+    return {"ci_low": b["low"], "ci_high": b["high"], "ci_level": b.get("level")}
+
+
+def rho_interval(
+    comps: Sequence[Comparison],
+    draws: int = 2_000,
+    seed: int = 0,
+    level: float = 0.95,
+    min_n: int = 2,
+) -> dict[str, float | int | bool | None]:
+    """ρ̄ (the geometric mean of ρ) over paired comparisons, with a percentile bootstrap
+    interval over the pairs (:func:`bootstrap_delta_gm`) and what stands behind it.
+
+    ``n`` counts the pairs (a baseline and a treatment of one replicate), ``replicates`` the
+    distinct replicate numbers; below ``min_n`` pairs there is no interval (None).
+    ``preview``: some pair was graded in CPU preview, so the figure is not comparable.
+    """
+    boot = bootstrap_delta_gm(comps, draws, seed, level)
+    n = len(comps)
+
+    def ratio(value: float | int | None) -> float | None:
+        return None if value is None else 1.0 + float(value)
+
+    enough = n >= min_n
+    return {
+        "n": n,
+        "replicates": len({c.replicate for c in comps}),
+        "gm": ratio(boot["delta_gm"]),
+        "low": ratio(boot["low"]) if enough else None,
+        "high": ratio(boot["high"]) if enough else None,
+        "level": level,
+        "preview": any(
+            c.baseline.preview or (c.treatment is not None and c.treatment.preview)
+            for c in comps
+        ),
+    }

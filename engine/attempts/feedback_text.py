@@ -16,6 +16,10 @@ FLAG_WORDS = {
     "sol.faster_than_sol": "faster than the speed of light, which is impossible: the result is "
     "marked for review (a grading bug or a cheat)",
     "kernel_audit.unconfirmed": "the profiler saw none of the DSL's compiled kernels run",
+    "timing.judge_floor": "the runner's own timing figure was below what the judge's clock "
+    "allows, so the time was taken from the judge's clock instead",
+    "timing.mismatch": "the runner's own timing figure disagreed with the judge's clock "
+    "(CPU preview: recorded, not enforced)",
 }
 
 

@@ -14,7 +14,7 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,20 @@ from engine.attempts.mailbox import (  # noqa: E402
     grade_with_retries,
 )
 from engine.attempts.observer import AttemptObserver  # noqa: E402
-from engine.attempts.spec import LOCAL_NS_ENVIRONMENT, AttemptOutcome, AttemptSpec  # noqa: E402
+from engine.attempts.spec import (  # noqa: E402
+    LOCAL_NS_ENVIRONMENT,
+    AttemptOutcome,
+    AttemptSpec,
+    ModelEndpoint,
+    ModelEndpointError,
+)
 from engine.grading.api import Feedback, GradeRequest, GradingBackend  # noqa: E402
 from engine.sandbox.venvs import venv_bin  # noqa: E402
-from engine.scripted_llm import Scenario, ScenarioError, ScriptedLLMServer  # noqa: E402
 from engine.tasks.builder import build_task  # noqa: E402
 
 AGENT_IMPORT_PATH = "engine.attempts.agent:ObservedTerminus2"
 FATAL_ERRORS = {"SandboxUnavailableError", "AgentAuthenticationError", "AuthenticationError"}
 NORMAL_END_ERRORS = {"AgentTimeoutError"}
-SCRIPTED_KEY_ENV = "MKB_SCRIPTED_API_KEY"
 
 
 @dataclass
@@ -127,36 +131,19 @@ def environment_config(spec: AttemptSpec) -> EnvironmentConfig:
 
 
 @contextlib.asynccontextmanager
-async def model_endpoint(spec: AttemptSpec) -> AsyncIterator[AttemptSpec]:
-    """The spec to run; a ``scenario`` in the model's extras starts a scripted model server.
+async def direct_endpoint(spec: AttemptSpec) -> AsyncIterator[AttemptSpec]:
+    """The production model endpoint: the model as the spec names it.
 
-    The scenario (a bundled name such as ``p28_solo`` or a TOML path; ``{kind}`` in it
-    becomes ``solo`` or ``skill`` by arm, e.g. ``p28_{kind}``) is served on 127.0.0.1 for
-    this attempt only, with the attempt's DSL and problem as its variables; ``{problem}``
-    becomes the problem id (e.g. ``{problem}_{kind}``).
+    A ``scenario`` in the model's extras asks for a scripted stand-in model, which only the
+    stand-in endpoint serves: pass ``endpoint=engine.standins.scripted_llm.scripted_endpoint``
+    to :func:`run_attempt` (the factory does so for ``[[models]] scenario = ...``).
     """
-    extra = dict(spec.model.extra)
-    scenario = extra.pop("scenario", None)
-    if scenario is None:
-        yield spec
-        return
-    scenario = str(scenario).replace("{kind}", "skill" if spec.is_transfer else "solo")
-    scenario = scenario.replace("{problem}", spec.problem_id)
-    variables = {"dsl": spec.dsl, "problem_id": spec.problem_id}
-    server = ScriptedLLMServer(Scenario.load(scenario, variables))
-    await server.start()
-    os.environ.setdefault(SCRIPTED_KEY_ENV, "scripted")
-    model = replace(
-        spec.model,
-        name="openai/" + spec.model.name.split("/")[-1],
-        api_base=server.base_url,
-        api_key_env=spec.model.api_key_env or SCRIPTED_KEY_ENV,
-        extra=extra,
-    )
-    try:
-        yield replace(spec, model=model)
-    finally:
-        await server.stop()
+    if "scenario" in spec.model.extra:
+        raise ModelEndpointError(
+            "a scripted scenario needs the stand-in endpoint "
+            "(engine.standins.scripted_llm.scripted_endpoint)"
+        )
+    yield spec
 
 
 def _model_kwargs(spec: AttemptSpec, channel: str) -> dict[str, Any]:
@@ -177,12 +164,15 @@ async def run_attempt(
     backend: GradingBackend,
     observer: AttemptObserver,
     stop: asyncio.Event | None = None,
+    *,
+    endpoint: ModelEndpoint | None = None,
 ) -> AttemptOutcome:
     """Run one attempt to its end (see the module docstring); never raises for attempt faults.
 
     ``stop`` requests an early stop: the skill and implementation are collected and
     evaluated as at budget expiry. Cancelling the coroutine itself interrupts the attempt
-    (no final evaluation) and re-raises after reporting it.
+    (no final evaluation) and re-raises after reporting it. ``endpoint`` sets up the model
+    for the attempt (default :func:`direct_endpoint`; see ``ModelEndpoint``).
     """
     aid = spec.attempt_id
 
@@ -215,9 +205,9 @@ async def run_attempt(
         return outcome
     await emit({"kind": "task_built", "path": str(task.path), "hash": task.inputs_sha256})
     try:
-        async with model_endpoint(spec) as running:
+        async with (endpoint or direct_endpoint)(spec) as running:
             return await _run_and_evaluate(running, task.path, backend, observer, emit, stop)
-    except ScenarioError as exc:
+    except ModelEndpointError as exc:
         outcome = AttemptOutcome(aid, "failed", ended_by="error", error=f"scenario: {exc}")
         await emit({"kind": "scenario_failed", "message": str(exc)})
         await observer.attempt_finished(aid, outcome)

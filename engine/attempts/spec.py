@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,8 +23,8 @@ class ModelSpec:
     api_key_env: str | None = None  # name of the environment variable holding the key
     model_info: dict[str, Any] | None = None  # max_input_tokens, costs… (for summarisation)
     temperature: float | None = None
-    # further Terminus-2 kwargs; "scenario" (a bundled name or a TOML path) instead serves a
-    # scripted model for the attempt (api_base and key are then set automatically)
+    # further Terminus-2 kwargs; "scenario" (a bundled name or a TOML path) asks for a
+    # scripted stand-in model, served by an injected endpoint (see ModelEndpoint)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -49,6 +51,18 @@ class AttemptSpec:
     @property
     def is_transfer(self) -> bool:
         return self.transfer_from is not None
+
+
+class ModelEndpointError(Exception):
+    """The attempt's model endpoint could not be set up (e.g. an unknown scripted scenario)."""
+
+
+# How an attempt reaches its model: ``endpoint(spec)`` yields the spec to run (an endpoint may
+# start a server for the attempt and point the model at it) and cleans up on exit. The
+# production one (``engine.attempts.runner.direct_endpoint``) uses the model as given; the
+# scripted stand-in (``engine.standins.scripted_llm.scripted_endpoint``) is injected by the
+# factory for ``[[models]] scenario = ...``.
+ModelEndpoint = Callable[["AttemptSpec"], AbstractAsyncContextManager["AttemptSpec"]]
 
 
 @dataclass

@@ -73,7 +73,9 @@ class Feedback:
     kernel_audit: dict[str, Any] | None = None  # profiler cross-check (kernel_audit.py)
     sol_ms: float | None = None  # speed of light on the grading GPU (problems/sol.py)
     # marks for exclusion rules: "sol.faster_than_sol" (impossible: a grading bug or a cheat),
-    # "kernel_audit.unconfirmed" (report mode); they never change the verdict
+    # "kernel_audit.unconfirmed" (report mode), "timing.judge_floor" (the runner's figure was
+    # under the judge's floor, the score came from the judge's clock), "timing.mismatch" (CPU
+    # preview only; on a GPU it is a rejection); they never change the verdict
     flags: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)  # phase → wall seconds
     log_tail: str = ""

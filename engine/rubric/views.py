@@ -174,7 +174,25 @@ def uptake_lift(db: Database, *, experiment_id: str | None = None,
                      "delta_gm": math.exp(sum(logs) / len(logs)) - 1.0})
     usable = [r for r in rows if r["followed_fully"] is not None]
     rho = spearman([r["followed_fully"] for r in usable], [r["delta_gm"] for r in usable])
-    return {"cells": rows, "n_cells": len(usable), "spearman": rho}
+    return {"cells": rows, "n_cells": len(usable), "spearman": rho}  # n_cells: rated cells
+
+
+def uptake_lift_summary(lift: dict[str, Any]) -> str:
+    """One line on the uptake–lift correlation that names the cells it is computed over."""
+    cells, rated = len(lift["cells"]), lift["n_cells"]
+    if not cells:
+        return "uptake vs lift: no model x family cell has a transferred skill yet"
+    if not rated:
+        return (
+            f"uptake vs lift: none of the {cells} model x family cells has uptake ratings "
+            "yet (no Spearman)"
+        )
+    rho = lift["spearman"]
+    value = "- (undefined: needs 3 rated cells that vary)" if rho is None else format(rho, "+.3f")
+    return (
+        f"uptake vs lift: Spearman {value} over the {rated} of {cells} model x family "
+        "cells with uptake ratings"
+    )
 
 
 def annotation_failures(db: Database) -> list[dict[str, Any]]:
@@ -195,15 +213,20 @@ def label_usage(db: Database) -> list[dict[str, Any]]:
 
 def report(db: Database, *, experiment_id: str | None = None, annotator: str | None = None,
            rubric: Rubric | None = None) -> dict[str, Any]:
-    """Every rubric view in one JSON-ready dict."""
+    """Every rubric view in one JSON-ready dict (``experiment`` None: all experiments)."""
     rubric = rubric or default_rubric()
-    preview = any(e.preview for e in queries.experiments(db)
-                  if experiment_id is None or e.id == experiment_id)
+    chosen = [e for e in queries.experiments(db) if experiment_id is None or e.id == experiment_id]
+    preview = any(e.preview for e in chosen)
     kw: dict[str, Any] = {"experiment_id": experiment_id, "annotator": annotator,
                           "rubric": rubric}
     return {
-        "rubric": {"name": rubric.name, "hash": rubric.hash},
+        "rubric": {
+            "name": rubric.name,
+            "hash": rubric.hash,
+            "uptake_ratings": list(rubric.uptake_names),
+        },
         "experiment": experiment_id,
+        "experiment_name": chosen[0].name if experiment_id is not None and chosen else None,
         "preview": preview,
         "usage": label_usage(db),
         "prevalence": category_prevalence(db, **kw),

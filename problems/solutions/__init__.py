@@ -3,5 +3,5 @@
 Each file is a complete submission (``solve(*inputs)``) as an agent would hand it in; they are
 data for the grader, not part of the catalog (the registry reads only the family folders).
 ``compile_check.py`` compiles every kernel for sm_90a on a CPU host with the DSLs installed;
-``check_gpu.py`` grades them all on a CUDA host.
+``benchmarks/check_solutions_gpu.py`` grades them all on a CUDA host.
 """

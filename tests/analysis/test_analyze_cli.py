@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from app.cli import main
 from engine.analysis.outcomes import from_store, to_jsonl
 from engine.config import parse_config
 from engine.scheduler import Engine
-from engine.simulated import SimulatedBackend, SimulatedRunner
+from engine.standins.simulated import SimulatedBackend, SimulatedRunner
 from storage.db import open_db
 from storage.store import Store
 
@@ -60,7 +61,7 @@ def test_text_csv_and_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     file = tmp_path / "o.jsonl"
     file.write_text(to_jsonl(synthetic(models=2, problems=12, seed=3)))
     assert main(["analyze", "--outcomes", str(file), "--draws", "100"]) == 0
-    assert "Lift (all)" in capsys.readouterr().out
+    assert "Lift by model x direction x family" in capsys.readouterr().out
     assert main(["analyze", "--outcomes", str(file), "--csv", str(tmp_path / "csv"),
                  "--figures", str(tmp_path / "fig"), "--draws", "100"]) == 0
     lift_csv = (tmp_path / "csv" / "lift.csv").read_text().splitlines()
@@ -97,3 +98,121 @@ def test_malformed_rows_name_the_line(
     assert main(["analyze", "--outcomes", str(file)]) == 2
     err = capsys.readouterr().err
     assert f"{file}:3" in err and message in err
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The simulated (CPU preview) experiment ``ana`` in a store, built once."""
+    import asyncio
+
+    path = tmp_path_factory.mktemp("analyze") / "a.sqlite"
+
+    async def build() -> None:
+        with Store(path) as store:
+            await Engine(
+                store, parse_config(CONFIG), SimulatedRunner(submissions=1), SimulatedBackend()
+            ).run()
+
+    asyncio.run(build())
+    return path
+
+
+TUI_TABLES = (
+    "Pass rate and speedup per arm",  # the Lift screen's Solo tab, and the skill arms
+    "Lift by model x direction x family",  # Lift tab
+    "Tiers: source tier vs the target's solo tier",  # Tiers tab
+    "Tiers: solo tier x source tier",
+    "labels by task and annotator",  # Rubric screen tabs
+    "skill-category prevalence",
+    "uptake by transfer outcome",
+    "primary failure causes",
+    "uptake vs lift",
+    "agreement (Cohen's kappa)",
+)
+
+
+def test_text_names_the_experiment_and_prints_every_tui_table(
+    store_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.analysis.text import PREVIEW_TAG
+
+    assert main(["analyze", "--db", str(store_path), "--draws", "50"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "Experiment ana (id ana)"
+    assert lines[1].startswith("Grading: PREVIEW") and "not comparable" in lines[1]
+    for heading in TUI_TABLES:
+        [title] = [line for line in lines if line.startswith(heading)]
+        if heading not in ("labels by task and annotator", "agreement (Cohen's kappa)"):
+            assert title.endswith(PREVIEW_TAG), title  # figures from CPU preview grading
+    header = next(i for i, line in enumerate(lines) if line.startswith("Lift by model"))
+    assert lines[header + 1].split() == [
+        "model",
+        "direction",
+        "family",
+        "N",
+        "problems",
+        "dGM",
+        "95%",
+        "CI",
+        "T",
+        "H",
+    ]
+    families = {line.split()[2] for line in lines[header + 2 : header + 9]}
+    assert "all" in families and len(families) > 1  # per-family rows, not only "all"
+    assert "solo" in out and "skill" in out
+
+
+def test_json_has_experiment_arms_intervals_and_rubric(
+    store_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.analysis import metrics, stats
+
+    assert main(["analyze", "--db", str(store_path), "--json", "--draws", "50"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["experiment"] == {"id": "ana", "name": "ana"}
+    assert "not comparable" in data["label"]
+    assert {(a["model"], a["arm"], a["dsl"]) for a in data["arms"]} == {
+        (m, arm, dsl)
+        for m in ("sim/a", "sim/b")
+        for arm in ("solo", "skill")
+        for dsl in ("cute", "tirx")
+    }
+    assert data["rubric"]["experiment"] == "ana" and data["rubric"]["preview"] is True
+
+    db = open_db(store_path, readonly=True)
+    comps = metrics.comparisons(from_store(db, "ana").rows)
+    db.conn.close()
+    for row in data["lift"]:
+        cell = [
+            c
+            for c in comps
+            if c.model == row["model"]
+            and c.direction == row["direction"]
+            and row["family"] in ("all", c.family)
+        ]
+        boot = stats.bootstrap_delta_gm(cell, 2_000, 0)
+        assert (row["n"], row["problems"]) == (len(cell), len({c.problem for c in cell}))
+        assert (row["ci_low"], row["ci_high"]) == (boot["low"], boot["high"])
+        assert row["ci_low"] <= row["delta_gm"] <= row["ci_high"]
+
+    assert main(["analyze", "--db", str(store_path), "--csv", str(tmp_path), "--draws", "50"]) == 0
+    with (tmp_path / "lift.csv").open(newline="") as fh:
+        lift_csv = list(csv.DictReader(fh))
+    assert len(lift_csv) == len(data["lift"])
+    assert {r["grading"] for r in lift_csv} == {"PREVIEW (CPU grading, not scored, not comparable)"}
+    assert (tmp_path / "arms.csv").exists()
+
+
+def test_scored_outcomes_carry_no_preview_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.analysis.synthetic import synthetic
+
+    file = tmp_path / "o.jsonl"
+    file.write_text(to_jsonl(synthetic(models=1, problems=6, seed=1)))
+    assert main(["analyze", "--outcomes", str(file), "--draws", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "PREVIEW" not in out and "Grading: scored" in out
+    assert out.startswith("Experiment: none named")
+    assert "Rubric views" not in out  # labels live in the store only

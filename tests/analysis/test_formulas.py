@@ -65,6 +65,21 @@ def test_solo_metrics_no_passing_attempts() -> None:
     assert s.pass_rate == 0.0 and s.gm is None and s.r2 == 0.0
 
 
+def test_arm_metrics_per_model_arm_and_dsl() -> None:
+    rows = [
+        o("cute", "solo", True, 5.0, problem="p01"),  # 2×
+        o("cute", "solo", False, problem="p02"),
+        o("tirx", "skill", True, 2.5, problem="p01"),  # 4× on the target DSL
+        o("tirx", "skill", True, 10.0, problem="p02"),  # 1×
+    ]
+    arms = {(a["arm"], a["dsl"]): a for a in metrics.arm_metrics(rows)}
+    assert set(arms) == {("solo", "cute"), ("skill", "tirx")}
+    assert arms[("solo", "cute")]["pass_rate"] == 0.5 and arms[("solo", "cute")]["gm"] == 2.0
+    skill = arms[("skill", "tirx")]
+    assert skill["n"] == 2 and skill["pass_rate"] == 1.0 and skill["r2"] == 0.5
+    assert skill["gm"] == pytest.approx(2.0)  # sqrt(4 × 1)
+
+
 def test_speedup_cap_at_100() -> None:
     (s,) = metrics.solo_metrics([o("cute", "solo", True, 0.01, ref=10.0)])
     assert s.gm == pytest.approx(100.0)

@@ -16,7 +16,7 @@ from engine.analysis.report import AnalysisOptions, analyze
 from engine.config import parse_config
 from engine.grading.api import Feedback, GradeRequest
 from engine.scheduler import Engine
-from engine.simulated import SimulatedBackend, SimulatedRunner
+from engine.standins.simulated import SimulatedBackend, SimulatedRunner
 from storage.db import open_db
 from storage.store import Store
 

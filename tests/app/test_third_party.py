@@ -25,7 +25,7 @@ name = "sim/a"
 # a simulated agent whose libraries complain, as litellm and harbor do during real runs
 NOISY = """
 import logging, sys, warnings
-import engine.simulated as sim
+import engine.standins.simulated as sim
 
 original = sim.SimulatedRunner.__call__
 

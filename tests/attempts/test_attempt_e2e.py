@@ -14,7 +14,12 @@ from cpu_backend import CpuPreviewBackend
 from engine.attempts.observer import MemoryObserver
 from engine.attempts.runner import run_attempt
 from engine.attempts.spec import AttemptSpec, ModelSpec
-from engine.scripted_llm import WAIT_MARKER, Scenario, ScriptedLLMServer
+from engine.standins.scripted_llm import (
+    WAIT_MARKER,
+    Scenario,
+    ScriptedLLMServer,
+    scripted_endpoint,
+)
 
 
 def _spec(tmp_path: Path, server: ScriptedLLMServer, model: str, **kwargs) -> AttemptSpec:
@@ -349,7 +354,9 @@ async def test_a_scenario_in_the_model_extras_serves_a_scripted_model(tmp_path: 
         environment_import_path="local",
         environment_kwargs={"root_dir": str(tmp_path)},
     )
-    outcome = await run_attempt(spec, CpuPreviewBackend(), observer)
+    outcome = await run_attempt(
+        spec, CpuPreviewBackend(), observer, endpoint=scripted_endpoint
+    )  # the factory injects it
     assert outcome.state == "finished", outcome.error
     assert "warning" in observer.event_kinds()  # no model_info was given
     assert "TIRx, after prior notes" in (outcome.skill or "")  # the skill scenario ran
@@ -361,7 +368,7 @@ async def test_a_scenario_in_the_model_extras_serves_a_scripted_model(tmp_path: 
         work_dir=tmp_path / "bad",
         model=ModelSpec(name="scripted", extra={"scenario": "no_such_scenario"}),
     )
-    failed = await run_attempt(bad, CpuPreviewBackend(), observer)
+    failed = await run_attempt(bad, CpuPreviewBackend(), observer, endpoint=scripted_endpoint)
     assert failed.state == "failed" and "scenario" in (failed.error or "")
 
 

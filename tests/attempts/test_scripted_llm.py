@@ -7,7 +7,7 @@ import json
 import aiohttp
 import pytest
 
-from engine.scripted_llm import (
+from engine.standins.scripted_llm import (
     SCENARIO_DIR,
     WAIT_MARKER,
     Scenario,

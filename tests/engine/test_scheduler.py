@@ -11,7 +11,7 @@ import pytest
 from engine.config import parse_config
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.scheduler import AttemptJob, AttemptResult, Engine
-from engine.simulated import SimulatedBackend, SimulatedRunner
+from engine.standins.simulated import SimulatedBackend, SimulatedRunner
 from storage import queries
 from storage.store import Store
 

@@ -32,7 +32,7 @@ attempts_per_model = 4
 def _build(path: Path) -> str:
     from engine.config import parse_config
     from engine.scheduler import Engine
-    from engine.simulated import SimulatedBackend, SimulatedRunner
+    from engine.standins.simulated import SimulatedBackend, SimulatedRunner
     from storage.store import Store
 
     config = parse_config(CONFIG)

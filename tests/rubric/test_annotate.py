@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.rubric.annotate import Annotator, annotate
 from engine.rubric.model import default_rubric
-from engine.scripted_llm import SCENARIO_DIR, Scenario, ScriptedLLMServer
+from engine.standins.scripted_llm import SCENARIO_DIR, Scenario, ScriptedLLMServer
 from storage import queries
 from storage.store import Store
 

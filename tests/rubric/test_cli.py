@@ -10,7 +10,7 @@ import pytest
 
 from app.cli import main
 from engine.rubric import subjects
-from engine.scripted_llm import SCENARIO_DIR, Scenario, ScriptedLLMServer
+from engine.standins.scripted_llm import SCENARIO_DIR, Scenario, ScriptedLLMServer
 from storage import queries
 from storage.db import open_db
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from engine.fleet import FleetBackend, FleetMonitor, FleetSnapshot, free_port, summarise
 from engine.grading.api import GradeRequest
 from engine.grading.evaluate import EvalConfig
+from engine.grading.fleet import FleetBackend, FleetMonitor, FleetSnapshot, free_port, summarise
 from engine.grading.http_client import HttpBackend
 from engine.grading.http_server import start_server
 from engine.grading.local import LocalBackend

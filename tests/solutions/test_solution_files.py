@@ -1,5 +1,5 @@
 """Reference solutions: static shape of every file (the DSLs are absent on CPU, so nothing here
-imports a solution; the GPU run is problems/solutions/check_gpu.py)."""
+imports a solution; the GPU run is benchmarks/check_solutions_gpu.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import check_solutions_gpu as check_gpu
 from engine.grading.rules import check_source
 from problems.registry import get
-from problems.solutions import check_gpu, compile_check
+from problems.solutions import compile_check
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
 FILES = sorted(SOLUTIONS.glob("p[0-9][0-9]_*.py"))

@@ -123,7 +123,7 @@ async def test_rubric_views_from_labels_live(make_app, seeded_db: Path) -> None:
         assert row_for(prevalence, "model-b", "measured evidence")[2:6] == [
             "-", "0", "0.0%", str(n_harmed)]
         uptake = screen.query_one("#rubric-uptake-table", DataTable)
-        columns = [str(c.label) for c in uptake.columns.values()]
+        columns = [str(key.value) for key in uptake.columns]  # headers shorten when narrow
         helped_row = dict(zip(columns, row_for(uptake, "model-a", "help"), strict=True))
         assert helped_row["n"] == str(n_helped) and helped_row["followed fully"] == "100.0%"
         assert helped_row["propagation"] == "100.0%" and helped_row["ignored"] == "0.0%"

@@ -102,7 +102,7 @@ class SlowToStop:
     to clean up when cancelled."""
 
     def __init__(self) -> None:
-        from engine.simulated import SimulatedRunner
+        from engine.standins.simulated import SimulatedRunner
 
         self.inner = SimulatedRunner(submissions=5, delay_s=0.5)
 
@@ -123,7 +123,7 @@ async def test_quit_mid_run_records_interrupted_and_a_rerun_resumes(
     from engine import factory
     from engine.config import parse_config
     from engine.scheduler import Engine
-    from engine.simulated import SimulatedBackend, SimulatedRunner
+    from engine.standins.simulated import SimulatedBackend, SimulatedRunner
     from storage.store import Store
 
     monkeypatch.setattr(factory, "make_runner", lambda config: SlowToStop())

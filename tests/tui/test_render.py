@@ -42,7 +42,7 @@ def test_attempt_cells_follow_the_column_order() -> None:
     cells = render.attempt_cells(attempt(), datetime(2026, 1, 1, 12, tzinfo=UTC))
     assert len(cells) == len(render.ATTEMPT_COLUMNS)
     assert [c.plain for c in cells] == ["7", "m", "p28", "cute", "solo_cute", "running",
-                                        "10:00 / 40:00", "3", "2.50x"]
+                                        "10:00 / 40:00", "3", "-", "2.50x"]
 
 
 def test_agent_text_with_markup_is_rendered_literally() -> None:

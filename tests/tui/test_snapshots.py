@@ -1,4 +1,5 @@
-"""SVG snapshots (pytest-textual-snapshot): fixed database, pinned clock and theme, 120×40.
+"""SVG snapshots (pytest-textual-snapshot): fixed database, pinned clock and theme, 120×40,
+and every screen again at 100×30 (nothing may be cut off) and 200×60.
 
 Regenerate deliberately with ``pytest tests/tui/test_snapshots.py --snapshot-update``.
 """
@@ -13,6 +14,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Input
 
 from screens.attempt_detail import AttemptDetailScreen
+from screens.help import HelpScreen
 from screens.launch import LaunchScreen
 from screens.lift import LiftScreen
 from screens.rubric import RubricScreen
@@ -143,3 +145,69 @@ def test_rubric(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
                          and app.screen.query_one("#rubric-prevalence-table").row_count == 1)
 
     assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
+
+
+# -- every screen at 100×30 and 200×60 ---------------------------------------------------------
+async def show_attempts(app, pilot) -> None:  # type: ignore[no-untyped-def]
+    await wait_until(pilot, lambda: getattr(app.screen, "total", 0) == 17)
+
+
+async def show_detail(app, pilot) -> None:  # type: ignore[no-untyped-def]
+    app.open_attempt(1)
+    await wait_until(pilot, lambda: isinstance(app.screen, AttemptDetailScreen)
+                     and app.screen.step_count == 2)
+
+
+async def show_transfer(app, pilot) -> None:  # type: ignore[no-untyped-def]
+    app.open_comparison(1)
+    await wait_until(pilot, lambda: isinstance(app.screen, TransferScreen)
+                     and app.screen.view is not None
+                     and app.screen.query_one("#labels-table", DataTable).row_count == 1)
+
+
+async def show_lift(app, pilot) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("2")
+    await wait_until(pilot, lambda: isinstance(app.screen, LiftScreen)
+                     and app.screen.report is not None
+                     and app.screen.query_one("#lift-table", DataTable).row_count, timeout=30)
+
+
+async def show_rubric(app, pilot) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("4")
+    await wait_until(pilot, lambda: isinstance(app.screen, RubricScreen)
+                     and app.screen.query_one("#rubric-prevalence-table").row_count == 1)
+
+
+async def show_launch(app, pilot) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("3")
+    await wait_until(pilot, lambda: isinstance(app.screen, LaunchScreen)
+                     and app.screen.query("#config-path"))
+    screen = app.screen
+    screen.query_one("#config-path", Input).value = "launch.toml"
+    screen.load_config("launch.toml")
+    await wait_until(pilot, lambda: screen.config is not None)
+    screen.preview()
+    await wait_until(pilot, lambda: "attempts," in str(
+        screen.query_one("#plan-preview").content), timeout=20)
+
+
+async def show_help(app, pilot) -> None:  # type: ignore[no-untyped-def]
+    await show_attempts(app, pilot)
+    await pilot.press("f1")
+    await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+
+
+SCREENS = {"attempts": show_attempts, "detail": show_detail, "transfer": show_transfer,
+           "lift": show_lift, "rubric": show_rubric, "launch": show_launch, "help": show_help}
+
+
+@pytest.mark.parametrize("size", [(100, 30), (200, 60)], ids=["100x30", "200x60"])
+@pytest.mark.parametrize("name", list(SCREENS))
+def test_screen_sizes(snap_compare, app, monkeypatch, name: str,  # type: ignore[no-untyped-def]
+                      size: tuple[int, int]) -> None:
+    monkeypatch.chdir(FIXTURES)  # the launch screen's config path is relative
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await SCREENS[name](app, pilot)
+
+    assert snap_compare(app, run_before=settled(run_before), terminal_size=size)

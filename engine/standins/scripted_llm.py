@@ -1,7 +1,7 @@
 """A scripted OpenAI-compatible chat server that replays a scenario turn by turn.
 
 Used by tests and the demo in place of a real model. A scenario (TOML, see
-``engine/scenarios/``) is a list of turns; each turn is one assistant reply in Terminus-2's
+``engine/standins/scenarios/``) is a list of turns; each turn is one assistant reply in Terminus-2's
 JSON format (``analysis``, ``plan``, ``commands``, ``task_complete``), or a ``raw`` reply
 (e.g. deliberately unparseable text), or an HTTP ``status`` error. The server is stateless
 per conversation: the turn index is the number of assistant messages already in the request,
@@ -15,27 +15,37 @@ strips the ``openai/`` prefix), falling back to the default scenario.
 
 Placeholders ``{{dsl}}``, ``{{dsl_name}}``, ``{{dsl_module}}`` and ``{{problem_id}}`` in any
 string of a turn are replaced with the scenario's variables.
+
+:func:`scripted_endpoint` is the attempt runner's model endpoint for a ``scenario`` in the
+model's extras: the engine's factory injects it; the production runner never imports this
+module.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import time
 import tomllib
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from engine.attempts.spec import AttemptSpec, ModelEndpointError
+
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+SCRIPTED_KEY_ENV = "MKB_SCRIPTED_API_KEY"
 DSL_NAMES = {"cute": "CuTe DSL", "tirx": "TIRx"}
 DSL_MODULES = {"cute": "cutlass.cute", "tirx": "tvm.tirx"}
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ModelEndpointError, ValueError):
     """A scenario file is malformed."""
 
 
@@ -276,3 +286,37 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
     return ""
+
+
+@contextlib.asynccontextmanager
+async def scripted_endpoint(spec: AttemptSpec) -> AsyncIterator[AttemptSpec]:
+    """The spec to run; a ``scenario`` in the model's extras starts a scripted model server.
+
+    The scenario (a bundled name such as ``p28_solo`` or a TOML path; ``{kind}`` in it
+    becomes ``solo`` or ``skill`` by arm, e.g. ``p28_{kind}``) is served on 127.0.0.1 for
+    this attempt only, with the attempt's DSL and problem as its variables; ``{problem}``
+    becomes the problem id (e.g. ``{problem}_{kind}``). Without a scenario the spec is run as
+    it is.
+    """
+    extra = dict(spec.model.extra)
+    scenario = extra.pop("scenario", None)
+    if scenario is None:
+        yield spec
+        return
+    scenario = str(scenario).replace("{kind}", "skill" if spec.is_transfer else "solo")
+    scenario = scenario.replace("{problem}", spec.problem_id)
+    variables = {"dsl": spec.dsl, "problem_id": spec.problem_id}
+    server = ScriptedLLMServer(Scenario.load(scenario, variables))
+    await server.start()
+    os.environ.setdefault(SCRIPTED_KEY_ENV, "scripted")
+    model = replace(
+        spec.model,
+        name="openai/" + spec.model.name.split("/")[-1],
+        api_base=server.base_url,
+        api_key_env=spec.model.api_key_env or SCRIPTED_KEY_ENV,
+        extra=extra,
+    )
+    try:
+        yield replace(spec, model=model)
+    finally:
+        await server.stop()

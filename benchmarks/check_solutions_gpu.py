@@ -1,11 +1,14 @@
 """Grade every reference solution on a CUDA host, one JSON feedback per solution.
 
-    PYTHONPATH=. python3 problems/solutions/check_gpu.py OUT_DIR [p28 p25 ...] [--dsl cute]
+    PYTHONPATH=. python3 benchmarks/check_solutions_gpu.py OUT_DIR [p28 p25 ...] [--dsl cute]
 
 Runs ``engine.grading`` exactly as ``mkb grade PNN --dsl DSL FILE --device cuda`` does (a
 fresh worker per solution, full workload, every check including the DSL launch count and the
 bypass test) and writes ``OUT_DIR/<file stem>.json`` plus ``OUT_DIR/summary.json``. Prints one
 line per solution. Exit 0 iff every graded solution passed.
+
+It lives here, not beside the solutions: ``problems/`` holds plain specs and data and imports
+nothing of the engine.
 """
 
 from __future__ import annotations
@@ -16,15 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "problems" / "solutions"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
 def solution_files(only: list[str], dsl: str | None) -> list[Path]:
     """Solution files ``pNN_<dsl>.py``, optionally restricted to problem ids and one DSL."""
-    files = sorted(HERE.glob("p[0-9][0-9]_*.py"))
+    files = sorted(SOLUTIONS.glob("p[0-9][0-9]_*.py"))
     picked = [f for f in files if not only or f.name.split("_")[0] in only]
     return [f for f in picked if dsl is None or f.stem.split("_", 1)[1] == dsl]
 

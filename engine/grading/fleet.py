@@ -31,7 +31,7 @@ from typing import Any
 from engine.grading.api import Feedback, GradeRequest
 from engine.grading.http_client import HttpBackend
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class FleetBackend(HttpBackend):

@@ -1,0 +1,292 @@
+"""Plain-text rendering of an analysis report (``mkb analyze``): every table the TUI shows.
+
+Each section is a titled table; when the outcomes come from CPU preview grading every title
+carries :data:`PREVIEW_TAG`, so no figure is read as a scored (comparable) result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+PREVIEW_TAG = "[PREVIEW: CPU-graded, not comparable]"
+
+
+def share(value: float | None) -> str:
+    """A share in percent, ``-`` when undefined."""
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def signed(value: float | None) -> str:
+    """A relative change in signed percent, ``-`` when undefined."""
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def speed(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def fixed(value: float | None, fmt: str = "+.3f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def title(text: str, preview: bool) -> str:
+    """A section title, tagged PREVIEW when computed from CPU preview verdicts."""
+    return f"{text}  {PREVIEW_TAG}" if preview else text
+
+
+def text_table(
+    heading: str, header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1
+) -> list[str]:
+    """A titled table; the first ``left`` columns are left-aligned, the rest right-aligned."""
+    if not rows:
+        return ["", heading, "  (none)"]
+    cells = [[str(c) for c in r] for r in (header, *rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        return (
+            "  "
+            + "  ".join(
+                c.ljust(w) if i < left else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            ).rstrip()
+        )
+
+    return ["", heading, *(line(r) for r in cells)]
+
+
+def header_lines(report: dict[str, Any]) -> list[str]:
+    """Which experiment, how it was graded, exclusion rules and coverage."""
+    exp = report.get("experiment") or {}
+    if exp.get("id"):
+        lines = [f"Experiment {exp.get('name') or '-'} (id {exp['id']})"]
+    else:
+        lines = ["Experiment: none named (outcomes from a file, or an empty database)"]
+    lines.append(
+        "Grading: PREVIEW (CPU preview verdicts, not scored): figures not comparable "
+        "with GPU-graded results"
+        if report["preview"]
+        else "Grading: scored"
+    )
+    flags = report["exclusion"]["fail_flags"]
+    if flags:
+        lines.append("Exclusion: attempts flagged " + ", ".join(flags) + " scored as failing")
+    cov = report["coverage"]
+    lines.append(
+        f"{cov['comparisons']} resolved comparisons; {cov['solo_attempts']} solo "
+        f"attempts, skill coverage {share(cov['skill_coverage'])}, source coverage "
+        f"{share(cov['source_coverage'])}, source pass share "
+        f"{share(cov['source_pass_share'])}"
+    )
+    return lines
+
+
+def arm_lines(report: dict[str, Any]) -> list[str]:
+    rows = [
+        (
+            a["model"],
+            a["arm"],
+            a["dsl"],
+            a["n"],
+            share(a["pass_rate"]),
+            speed(a["gm"]),
+            share(a["r2"]),
+            "-" if a["pct_sol_median"] is None else f"{a['pct_sol_median']:.1f}%",
+        )
+        for a in report["arms"]
+    ]
+    return text_table(
+        title("Pass rate and speedup per arm (skill arms: the target DSL)", report["preview"]),
+        ("model", "arm", "dsl", "N", "P", "GM", "R(2)", "%SOL"),
+        rows,
+        left=3,
+    )
+
+
+def _interval(row: dict[str, Any]) -> str:
+    if row.get("ci_low") is None:
+        return "-"
+    return f"[{signed(row['ci_low'])}, {signed(row['ci_high'])}]"
+
+
+def lift_lines(report: dict[str, Any]) -> list[str]:
+    rows = [
+        (
+            r["model"],
+            r["direction"],
+            r["family"],
+            r["n"],
+            r.get("problems", "-"),
+            signed(r["delta_gm"]),
+            _interval(r),
+            share(r["help_rate"]),
+            share(r["harm_rate"]),
+        )
+        for r in report["lift"]
+    ]
+    heading = (
+        "Lift by model x direction x family (N: paired comparisons, problem x replicate; "
+        "CI: 95% bootstrap on dGM; T help, H harm)"
+    )
+    return text_table(
+        title(heading, report["preview"]),
+        ("model", "direction", "family", "N", "problems", "dGM", "95% CI", "T", "H"),
+        rows,
+        left=3,
+    )
+
+
+def best_family_lines(report: dict[str, Any]) -> list[str]:
+    rows = [
+        (
+            r["model"],
+            r["direction"],
+            r["excluded_family"],
+            r["n"],
+            signed(r["delta_gm_all"]),
+            signed(r["delta_gm_without"]),
+        )
+        for r in report["tiers"]["leave_best_family_out"]
+    ]
+    return text_table(
+        title("Lift without the best family", report["preview"]),
+        ("model", "direction", "left out", "N", "dGM all", "dGM without"),
+        rows,
+        left=3,
+    )
+
+
+def tier_lines(report: dict[str, Any]) -> list[str]:
+    tiers, preview = report["tiers"], report["preview"]
+    standing = [
+        (
+            t["model"],
+            t["standing"],
+            t["n"],
+            signed(t["delta_gm"]),
+            share(t["help_rate"]),
+            share(t["harm_rate"]),
+        )
+        for t in tiers["by_standing"]
+    ]
+    grid = [
+        (
+            t["solo_tier"],
+            t["source_tier"],
+            t["n"],
+            signed(t["delta_gm"]),
+            share(t["help_rate"]),
+            share(t["harm_rate"]),
+        )
+        for t in tiers["by_solo_and_source_tier"]
+    ]
+    reverse = [
+        (
+            r["model"],
+            r["n_helped"],
+            r["n_reverse"],
+            share(r["reverse_help_rate"]),
+            share(r["reverse_harm_rate"]),
+        )
+        for r in tiers["reverse_given_helped"]
+    ]
+    return [
+        *text_table(
+            title("Tiers: source tier vs the target's solo tier", preview),
+            ("model", "source vs solo", "N", "dGM", "T", "H"),
+            standing,
+            left=2,
+        ),
+        *text_table(
+            title("Tiers: solo tier x source tier", preview),
+            ("solo tier", "source tier", "N", "dGM", "T", "H"),
+            grid,
+            left=2,
+        ),
+        *text_table(
+            title("Reverse direction of helped comparisons", preview),
+            ("model", "helped", "with reverse", "reverse T", "reverse H"),
+            reverse,
+        ),
+    ]
+
+
+def ladder_lines(report: dict[str, Any]) -> list[str]:
+    rows = []
+    keys: list[str] = []
+    for r in report["ladder"]:
+        keys = list(r["base"])
+        for part in ("base", "skill", "difference"):
+            values = r[part]
+            rows.append(
+                (
+                    r["subset"],
+                    part,
+                    r["n"],
+                    *(
+                        fixed(values[k], ".1f")
+                        if k == "S"
+                        else (signed if part == "difference" else share)(values[k])
+                        for k in keys
+                    ),
+                )
+            )
+    return text_table(
+        title("Rate ladder (R@t: share passing at speedup >= t; S: mean x 100)", report["preview"]),
+        ("subset", "arm", "N", *keys),
+        rows,
+        left=2,
+    )
+
+
+def stats_lines(report: dict[str, Any]) -> list[str]:
+    tests, preview = report["tests"], report["preview"]
+    corr = [
+        (c["scope"], c["name"], c["n"], fixed(c["spearman"]), fixed(c.get("p_negative"), ".4f"))
+        for c in tests["direction_correlation"]
+    ]
+    s = tests["source_speed"]
+    return [
+        *text_table(
+            title("Directions' log-ratio Spearman (sign-flip test on the pooled row)", preview),
+            ("scope", "name", "N", "Spearman", "p (negative)"),
+            corr,
+            left=2,
+        ),
+        "",
+        title("Source-speed test (does the skill arm track the source's speed?)", preview),
+        f"  N {s['n']}  rho solo {fixed(s['rho_solo'])}  rho skill {fixed(s['rho_skill'])}  "
+        f"gap {fixed(s['gap'])}  p {fixed(s['p_value'], '.4f')}",
+    ]
+
+
+def usage_lines(report: dict[str, Any]) -> list[str]:
+    rows = [
+        (u["arm"], u["attempts"], u["tokens"], f"${u['cost_usd']:.4f}", f"{u['agent_seconds']:.0f}")
+        for u in report["usage"]
+    ]
+    return text_table("Usage per arm", ("arm", "attempts", "tokens", "cost", "agent s"), rows)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """Every table of the report as plain text, the experiment named at the top."""
+    lines = header_lines(report)
+    for section in (
+        arm_lines,
+        lift_lines,
+        best_family_lines,
+        tier_lines,
+        ladder_lines,
+        stats_lines,
+        usage_lines,
+    ):
+        lines += section(report)
+    seen = report["exclusion"].get("flags_seen") or {}
+    if seen:
+        lines += [
+            "",
+            "Flagged attempts (exclude with --fail-flag): "
+            + ", ".join(f"{flag} {n}" for flag, n in sorted(seen.items())),
+        ]
+    return "\n".join(lines)
