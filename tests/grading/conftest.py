@@ -18,7 +18,7 @@ FIXTURE_PROBLEMS = {
 }
 # Short limits keep the suite fast: a 4 s time limit, 3 GiB of memory above the warm parent.
 SUITE_CONFIG = dict(
-    timeout_s=4.0, eager_timeout_s=60.0, memory_limit_mb=3072, problem_paths=FIXTURE_PROBLEMS
+    timeout_s=8.0, eager_timeout_s=60.0, memory_limit_mb=3072, problem_paths=FIXTURE_PROBLEMS
 )
 
 

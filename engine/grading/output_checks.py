@@ -1,0 +1,272 @@
+"""The judge's checks of one call's outputs: memory (inputs untouched, aliasing as declared),
+stability (nothing changes after the report), the float64 anchor, and the sampled comparison
+with the eager output of the same draw. Mixed into :class:`engine.grading.judge.Judge`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from engine.grading.rejections import Rejected
+
+SAMPLE_FULL = 1 << 16  # leaves up to this many elements are kept whole for the timed checks
+SAMPLE_POSITIONS = 4096  # otherwise this many secret positions
+TIMED_BOUND_FACTOR = 2.0  # |u − v| ≤ 2 · max allowance of the correctness draws (≥ 4/3 needed)
+
+
+@dataclass
+class Expected:
+    """The eager output of one draw, reduced to what the timed checks need."""
+
+    structure: Any  # the output with tensors replaced by (dtype, shape, device) markers
+    samples: list[tuple[Any, Any] | None]  # per leaf: (positions or None = whole, values)
+
+
+class OutputChecks:
+    """Checks on judge-owned copies of a runner's outputs (the judge's state is on ``self``)."""
+
+    torch: Any
+    problem: Any
+    job: dict[str, Any]
+    result: dict[str, Any]
+    inplace: Any
+    cuda: bool
+    rng: Any
+    transport: Any
+    runner: Any
+    draws: list[dict[str, Any]]
+    allowances: dict[int, float]
+
+    def fetch_outputs(self) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+        raise NotImplementedError
+
+    def flag(self, name: str) -> None:
+        raise NotImplementedError
+
+    def reduce(self, out: Any) -> Expected:
+        from problems.compare import leaves
+
+        torch = self.torch
+
+        samples: list[tuple[Any, Any] | None] = []
+        for leaf in leaves(out):
+            if not isinstance(leaf, torch.Tensor):
+                samples.append(None)
+                continue
+            flat = leaf.reshape(-1)
+            if flat.numel() <= SAMPLE_FULL:
+                samples.append((None, flat.clone()))
+            else:
+                positions = torch.randint(flat.numel(), (SAMPLE_POSITIONS,), generator=self.rng)
+                positions = positions.to(flat.device)
+                samples.append((positions, flat[positions].clone()))
+        return Expected(_skeleton(out, torch), samples)
+
+    def check_memory(
+        self, out: Any, described: list[dict[str, Any]], shipment: Any, inputs: list[Any]
+    ) -> Any:
+        """Inputs unchanged (except declared in-place outputs, taken from the input memory),
+        no undeclared aliasing."""
+        from problems.compare import leaves
+
+        torch = self.torch
+        # the runner numbers input leaves; inputs are named and declared in place per argument
+        slot_of_leaf = [slot for slot, x in enumerate(inputs) for _ in leaves([x])]
+        tensor_inputs = [
+            slot
+            for slot, leaf in zip(slot_of_leaf, leaves(inputs))
+            if isinstance(leaf, torch.Tensor)
+        ]
+        declared = {j: k for k, j in self.inplace.items()}
+        out_leaves = leaves(out)
+        aliased: list[set[int]] = []
+        for k, desc in enumerate(described):
+            aliases = desc.get("aliases") or []
+            if not isinstance(aliases, list) or not all(
+                type(i) is int and 0 <= i < len(slot_of_leaf) for i in aliases
+            ):
+                raise Rejected("runner.protocol", "malformed alias list")
+            slots = {slot_of_leaf[i] for i in aliases}
+            aliased.append(slots)
+            for slot in slots:
+                if self.inplace.get(k) == slot:
+                    continue
+                raise Rejected(
+                    "correctness.aliasing",
+                    f"output {k} shares memory with input {self.problem.inputs[slot]}",
+                )
+        for k, j in self.inplace.items():
+            if j not in (aliased[k] if k < len(aliased) else set()):
+                raise Rejected(
+                    "correctness.structure",
+                    f"output {self.problem.outputs[k]} must be input {self.problem.inputs[j]} "
+                    "updated in place (declared in-place output)",
+                )
+        updated: dict[int, Any] = {}
+        for slot, (live, pristine) in zip(tensor_inputs, shipment.views):
+            if slot in declared:
+                updated[declared[slot]] = live.clone()
+                continue
+            if not torch.equal(live, pristine):
+                name = self.problem.inputs[slot]
+                raise Rejected("correctness.input_mutated", f"input {name} was modified")
+        if not updated:
+            return out
+        from engine.grading.wire import tensor_from_bytes
+
+        replaced = list(out_leaves)
+        for k, raw in updated.items():
+            source = inputs[self.inplace[k]]
+            desc = {
+                "dtype": str(source.dtype).removeprefix("torch."),
+                "shape": list(source.shape),
+                "stride": list(source.stride()),
+                "offset": source.storage_offset(),
+            }
+            replaced[k] = tensor_from_bytes(raw, desc)
+        return _rebuild(out, iter(replaced))
+
+    def check_stable(self, out: Any, described: list[dict[str, Any]]) -> None:
+        """Output memory read again after the checks must not have changed (deferred work).
+
+        On a GPU the judge re-reads the runner's allocations through its IPC mappings; on
+        CPU it asks for a second report (a fresh copy of the same output memory)."""
+        from engine.grading.wire import raw_bytes
+        from problems.compare import leaves
+
+        torch = self.torch
+        assert self.runner is not None
+        if self.cuda:
+            again = [self.transport.reread(desc) for desc in described]
+        else:
+            second, _, _ = self.fetch_outputs()
+            again = [raw_bytes(x) if isinstance(x, torch.Tensor) else None for x in leaves(second)]
+        for leaf, now in zip(leaves(out), again):
+            if now is None or not isinstance(leaf, torch.Tensor):
+                continue
+            first = raw_bytes(leaf)
+            if first.numel() != now.numel() or not torch.equal(first, now):
+                raise Rejected(
+                    "timing.deferred_work",
+                    "an output changed after the runner reported the call done",
+                )
+
+    # -- comparisons --------------------------------------------------------------------------
+    def check_anchor(self, out: Any, pristine: list[Any], kind: str, index: int) -> bool:
+        """The whole output against the float64 anchor; records the draw."""
+        from problems.compare import check_outputs, clone_inputs, promote, reference_numerics
+
+        with reference_numerics():
+            v = self.problem.reference(*clone_inputs(pristine))
+            z = self.problem.reference(*promote(clone_inputs(pristine)))
+        ok, structure, leaf_checks = check_outputs(out, v, z)
+        names = self.problem.outputs
+        if kind == "correctness":
+            for c in leaf_checks:
+                if c.allowance is not None and math.isfinite(c.allowance):
+                    self.allowances[c.index] = max(self.allowances.get(c.index, 0.0), c.allowance)
+        self.draws.append(
+            {
+                "kind": kind,
+                "index": index,
+                "passed": ok,
+                "structure": structure,
+                "outputs": [
+                    {
+                        **c.as_dict(),
+                        "name": names[c.index] if c.index < len(names) else str(c.index),
+                    }
+                    for c in leaf_checks
+                ],
+            }
+        )
+        return ok
+
+    def check_sampled(self, out: Any, expected: Expected, kind: str, index: int) -> None:
+        """The output against the eager output of the same draw at the secret positions."""
+        from problems.compare import is_discrete, leaves, structure_mismatch
+
+        torch = self.torch
+        mismatch = structure_mismatch(out, _from_skeleton(expected.structure, torch))
+        if mismatch:
+            raise Rejected("correctness.structure", f"{kind} call {index}: {mismatch}")
+        for k, (u, sample) in enumerate(zip(leaves(out), expected.samples)):
+            if sample is None:
+                continue
+            positions, v = sample
+            flat = u.reshape(-1)
+            got = flat if positions is None else flat[positions]
+            name = self.problem.outputs[k] if k < len(self.problem.outputs) else str(k)
+            if is_discrete(v.dtype):
+                a, b = (
+                    (got.view(torch.uint8), v.view(torch.uint8))
+                    if v.dtype.is_floating_point
+                    else (got, v)
+                )
+                if not torch.equal(a, b):
+                    raise Rejected(
+                        "correctness.recheck",
+                        f"{kind} call {index}: {name}: differs from the reference",
+                    )
+                continue
+            g, e = got.double(), v.double()
+            if bool(torch.isnan(g).any()):
+                raise Rejected("correctness.nan", f"{kind} call {index}: {name}: NaN in output")
+            inf = ~torch.isfinite(e)
+            if not torch.equal(g[inf], e[inf]) or not bool(torch.isfinite(g[~inf]).all()):
+                raise Rejected(
+                    "correctness.recheck", f"{kind} call {index}: {name}: infinite values differ"
+                )
+            bound = TIMED_BOUND_FACTOR * self.allowances.get(k, 0.0)
+            err = float((g[~inf] - e[~inf]).abs().max()) if bool((~inf).any()) else 0.0
+            if err > bound:
+                raise Rejected(
+                    "correctness.recheck",
+                    f"{kind} call {index}: {name}: error {err:.3e} vs the eager output of the "
+                    f"same draw exceeds {bound:.3e}",
+                )
+
+    def rejection_for(self, kind: str) -> Rejected:
+        record = self.draws[-1]
+        if record["structure"] or any(o["kind"] == "structure" for o in record["outputs"]):
+            detail = record["structure"] or next(
+                o["detail"] for o in record["outputs"] if o["kind"] == "structure"
+            )
+            return Rejected("correctness.structure", detail)
+        bad = next(o for o in record["outputs"] if not o["passed"])
+        detail = f"{bad['name']}: {bad['detail']}"
+        if "NaN" in bad["detail"] or "infinite" in bad["detail"]:
+            return Rejected("correctness.nan", detail)
+        if kind == "recheck":
+            return Rejected("correctness.recheck", f"timed call {record['index']}: {detail}")
+        return Rejected("correctness.tolerance", f"draw {record['index']}: {detail}")
+
+    # -- timing, SOL, launch evidence --------------------------------------------------------
+
+
+def _skeleton(node: Any, torch: Any) -> Any:
+    """The output's structure with each tensor as a (dtype, shape, device) marker."""
+    if isinstance(node, torch.Tensor):
+        return ("tensor", node.dtype, tuple(node.shape), node.device.type)
+    if isinstance(node, (list, tuple)):
+        return type(node)(_skeleton(x, torch) for x in node)
+    return ("value", node)
+
+
+def _rebuild(template: Any, leaves_iter: Any) -> Any:
+    if isinstance(template, (list, tuple)):
+        return type(template)(_rebuild(x, leaves_iter) for x in template)
+    return next(leaves_iter)
+
+
+def _from_skeleton(node: Any, torch: Any) -> Any:
+    """The expected structure with zero-stride stand-ins for tensors (no real memory)."""
+    if isinstance(node, tuple) and len(node) == 4 and node[0] == "tensor":
+        _, dtype, shape, device = node
+        return torch.zeros((), dtype=dtype, device=device).expand(shape)
+    if isinstance(node, tuple) and len(node) == 2 and node[0] == "value":
+        return node[1]
+    if isinstance(node, (list, tuple)):
+        return type(node)(_from_skeleton(x, torch) for x in node)
+    return node
