@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTHON_FOR_VENV := $(shell .ci/find-python)
 
-.PHONY: run test lint typecheck importlint install system-deps demo bench clean
+.PHONY: run test lint typecheck importlint install system-deps test-system-deps demo bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON_FOR_VENV)" || { echo "error: python3.12 or python3.13 is required (Harbor needs Python >= 3.12)"; exit 1; }
@@ -29,10 +29,27 @@ system-deps:
 	    echo "warning: bubblewrap (bwrap) is missing: the local sandbox's agent jail needs it (as root: apt-get install bubblewrap)"; \
 	  fi; }
 
+# The test suite drives the TUI in a real terminal (tmux: tests/tui/test_tmux_smoke.py) and
+# the browser view in the system Chromium (tests/tui/test_browser.py; Playwright never downloads
+# a browser). As root, install what is missing with apt-get; elsewhere say what will skip.
+# Only `make test` needs them, so `make run` and `make install` never pull in a browser.
+test-system-deps:
+	@missing=""; \
+	command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing (the real-terminal and browser tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "warning: missing$$missing: the tmux / browser tests will skip (as root: apt-get install$$missing)"; \
+	  fi; \
+	fi
+
 run: $(STAMP) system-deps
 	$(VENV)/bin/mkb demo
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps test-system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy

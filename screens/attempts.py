@@ -8,6 +8,7 @@ visible page and patch changed cells (keyed by attempt id) instead of rebuilding
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -19,11 +20,13 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import RowKey
+from textual.worker import Worker
 
 from screens.app_bar import AppBar
 from screens.base import Changes, LiveScreen, host
+from screens.cached_table import CellCachedTable
 from screens.filters import parse_filter
-from screens.fit import Column, Layout, available_width, fill, fit, project
+from screens.fit import Column, Layout, available_width, fill_projected, fit, project
 from screens.render import ATTEMPT_COLUMNS, SORTABLE, attempt_cells
 from storage import queries
 
@@ -74,7 +77,7 @@ def load_page(
     return rows, total
 
 
-class AttemptTable(DataTable[Text]):
+class AttemptTable(CellCachedTable):
     """The attempts of one page, keyed by attempt id; paging past its first or last row
     turns the SQL page."""
 
@@ -143,6 +146,9 @@ class AttemptsScreen(LiveScreen):
         self._cells: dict[int, tuple[Text, ...]] = {}  # the cells shown, per attempt id
         self.table_layout: Layout | None = None
         self._cursor_to: int | None = None  # after turning the page: 0 first row, -1 last
+        self._status: Text | None = None  # the status line shown
+        self._reader: Worker[None] | None = None  # reads pages while asked to
+        self._reload = False  # read the page (again) when the running read returns
         self.loads = 0
 
     def compose(self) -> ComposeResult:
@@ -165,21 +171,43 @@ class AttemptsScreen(LiveScreen):
         self.load()
 
     # -- data ------------------------------------------------------------------------------
-    @work(exclusive=True, group="attempts-load", exit_on_error=False)
-    async def load(self) -> None:
-        filters, search = parse_filter(self.filter_text)
-        app = host(self)
+    def load(self) -> None:
+        """Read the page asked for (again). One read runs at a time: a request made while
+        it runs (a change set, a key) reads once more when it returns, instead of
+        cancelling it, and a result for a page no longer asked for is never shown."""
+        self._reload = True
+        if self._reader is None or self._reader.is_finished:
+            self._reader = self._read_pages()
+
+    @work(group="attempts-load", exit_on_error=False)
+    async def _read_pages(self) -> None:
+        while self._reload:
+            self._reload = False
+            await self._read_page()
+
+    def _query(self) -> tuple[str | None, str, str, bool, int]:
+        """What the page shown depends on: experiment, filter, sort and offset."""
+        return (host(self).experiment_id, self.filter_text, self.sort, self.descending,
+                self.page_offset)
+
+    async def _read_page(self) -> None:
+        query = self._query()
+        experiment_id, text, sort, descending, offset = query
+        filters, search = parse_filter(text)
         try:
-            rows, total = await app.read(load_page, app.experiment_id, filters, search,
-                                         self.sort, self.descending, PAGE_SIZE, self.page_offset)
+            rows, total = await host(self).read(load_page, experiment_id, filters, search,
+                                                sort, descending, PAGE_SIZE, offset)
         except ValueError as exc:
-            self.notify(str(exc), severity="error")
+            if query == self._query():
+                self.notify(str(exc), severity="error")
             return
-        if rows == [] and self.page_offset and total:
+        if query != self._query():  # asked for another page meanwhile: read that one
+            self._reload = True
+        elif rows == [] and offset and total:  # past the end: the last page
             self.page_offset = max(0, (total - 1) // PAGE_SIZE * PAGE_SIZE)
-            self.load()
-            return
-        self.show(rows, total)
+            self._reload = True
+        else:
+            self.show(rows, total)
 
     def show(self, rows: list[queries.AttemptRow], total: int) -> None:
         """Put a page on screen: patch cells when the same rows are shown, else rebuild."""
@@ -191,30 +219,50 @@ class AttemptsScreen(LiveScreen):
     def render_rows(self, rows: list[queries.AttemptRow]) -> None:
         """Fit the columns to the table's width, then patch the cells that changed (same
         rows, same layout) or rebuild the table."""
-        table = self.table
-        now = host(self).now()
-        full = [row_cells(r, now) for r in rows]
-        compact = [row_cells(r, now, compact=True) for r in rows]
-        layout = fit(COLUMNS, full, available_width(table, len(rows)), compact, drop_first=2)
-        chosen = compact if layout.compact else full
-        cells = {r.id: tuple(project(layout, c)) for r, c in zip(rows, chosen, strict=True)}
-        keys = [KEYS[i] for i in layout.shown]
+        layout, cells = self._fit_rows(rows)
         same = layout == self.table_layout and [r.id for r in rows] == [r.id for r in self.rows]
         with self.app.batch_update():
             if same:
-                for r in rows:
-                    for key, new, before in zip(keys, cells[r.id], self._cells[r.id],
-                                                strict=True):
-                        if new != before:
-                            table.update_cell(str(r.id), key, new)
+                self._patch(rows, layout, cells)
             else:
-                cursor = table.cursor_row
-                fill(table, layout, KEYS, chosen, [str(r.id) for r in rows])
-                if self._cursor_to is not None:
-                    cursor, self._cursor_to = self._cursor_to % max(1, len(rows)), None
-                if rows:
-                    table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
+                self._rebuild(rows, layout, cells)
         self.rows, self._cells, self.table_layout = rows, cells, layout
+
+    def _fit_rows(
+        self, rows: list[queries.AttemptRow]
+    ) -> tuple[Layout, dict[int, tuple[Text, ...]]]:
+        """The layout for ``rows`` at the table's width and each row's cells cut to it (the
+        compact cells are made only when the full ones do not fit)."""
+        now = host(self).now()
+        full = [row_cells(r, now) for r in rows]
+        compact = cache(lambda: [row_cells(r, now, compact=True) for r in rows])
+        layout = fit(COLUMNS, full, available_width(self.table, len(rows)), compact,
+                     drop_first=2)
+        chosen = compact() if layout.compact else full
+        return layout, {r.id: tuple(project(layout, c)) for r, c in zip(rows, chosen,
+                                                                        strict=True)}
+
+    def _patch(self, rows: list[queries.AttemptRow], layout: Layout,
+               cells: dict[int, tuple[Text, ...]]) -> None:
+        """Update the cells that differ from the ones shown (same rows, same layout)."""
+        keys = [KEYS[i] for i in layout.shown]
+        table = self.table
+        for r in rows:
+            for key, new, before in zip(keys, cells[r.id], self._cells[r.id], strict=True):
+                if new != before:
+                    table.update_cell(str(r.id), key, new)
+
+    def _rebuild(self, rows: list[queries.AttemptRow], layout: Layout,
+                 cells: dict[int, tuple[Text, ...]]) -> None:
+        """Fill the table with ``rows``, keeping the cursor's row (or the page turn's)."""
+        table = self.table
+        cursor = table.cursor_row
+        fill_projected(table, layout, KEYS, [cells[r.id] for r in rows],
+                       [str(r.id) for r in rows])
+        if self._cursor_to is not None:
+            cursor, self._cursor_to = self._cursor_to % max(1, len(rows)), None
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
 
     def update_status(self) -> None:
         pages = max(1, -(-self.total // PAGE_SIZE))
@@ -231,7 +279,9 @@ class AttemptsScreen(LiveScreen):
         if getattr(self.app, "engine_state", "idle") == "paused":
             status.append(" · PAUSED: no new attempts start (Launch, ctrl+t resumes)",
                           style="bold yellow")
-        self.query_one("#attempt-status", Static).update(status)
+        if status != self._status:  # one line high (attempts.tcss): no layout to redo
+            self._status = status
+            self.query_one("#attempt-status", Static).update(status, layout=False)
 
     def tick_elapsed(self) -> None:
         """Advance the elapsed clock of running attempts (and the grading line) without a

@@ -8,7 +8,7 @@ cut with an ellipsis down to their minimum, then the other droppable columns hid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -62,16 +62,19 @@ def fit(
     columns: Sequence[Column],
     rows: Sequence[Row],
     width: int,
-    compact_rows: Sequence[Row] | None = None,
+    compact_rows: Sequence[Row] | Callable[[], Sequence[Row]] | None = None,
     padding: int = 1,
     drop_first: int = 0,
 ) -> Layout:
     """The layout of ``rows`` (cells in ``columns`` order) within ``width`` cells; columns
-    with ``0 < drop <= drop_first`` are hidden before any name is cut."""
+    with ``0 < drop <= drop_first`` are hidden before any name is cut. ``compact_rows`` may
+    be a function making them: it is called only when the natural layout is too wide."""
     pad = 2 * padding
     headers, widths = _natural(columns, rows, False)
     if sum(widths) + pad * len(widths) <= width:
         return Layout(tuple(range(len(columns))), tuple(headers), tuple(widths), False)
+    if callable(compact_rows):
+        compact_rows = compact_rows()
     headers, natural = _natural(columns, rows if compact_rows is None else compact_rows, True)
     order = sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: columns[i].drop)
     shown = list(range(len(columns)))
@@ -93,11 +96,13 @@ def fit(
 
 
 def project(layout: Layout, row: Row) -> list[Text]:
-    """The shown cells of ``row``, each cut to its column's width with an ellipsis."""
+    """The shown cells of ``row``, each cut to its column's width with an ellipsis (a cut
+    cell is a copy; one that fits is the cell itself)."""
     out = []
     for i, width in zip(layout.shown, layout.widths, strict=True):
-        cell = row[i].copy()
+        cell = row[i]
         if cell.cell_len > width:
+            cell = cell.copy()
             cell.truncate(width, overflow="ellipsis")
         out.append(cell)
     return out
@@ -120,8 +125,19 @@ def fill(
     row_keys: Sequence[str] | None = None,
 ) -> None:
     """Rebuild ``table`` with ``layout``'s columns (``keys`` name every column) and rows."""
+    fill_projected(table, layout, keys, [project(layout, row) for row in rows], row_keys)
+
+
+def fill_projected(
+    table: DataTable[Text],
+    layout: Layout,
+    keys: Sequence[str],
+    cells: Sequence[Sequence[Text]],
+    row_keys: Sequence[str] | None = None,
+) -> None:
+    """:func:`fill` with rows already cut to ``layout`` (:func:`project`)."""
     table.clear(columns=True)
     for i, header, width in zip(layout.shown, layout.headers, layout.widths, strict=True):
         table.add_column(header, key=keys[i], width=width)
-    for n, row in enumerate(rows):
-        table.add_row(*project(layout, row), key=None if row_keys is None else row_keys[n])
+    for n, row in enumerate(cells):
+        table.add_row(*row, key=None if row_keys is None else row_keys[n])

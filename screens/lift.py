@@ -1,6 +1,7 @@
 """Lift tables: model × direction × family (pairs, ρ̄ with its 95% interval, ΔGM, T, H),
-solo P / GM / R(2), tiers; drill down from any lift cell to the comparisons behind it
-(→ transfer inspector). Figures from CPU-preview grading are dimmed and marked PREVIEW."""
+solo P / GM / R(2), tiers, and a plot of ρ̄ with its interval per row; drill down from any
+lift cell to the comparisons behind it (→ transfer inspector). Figures from CPU-preview
+grading are dimmed and marked PREVIEW."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlite_utils import Database
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
@@ -31,6 +33,7 @@ from screens.lift_cells import (
     solo_cells,
     tier_cells,
 )
+from screens.plots import PlotPanel, forest_caption, forest_rows
 
 __all__ = ["ComparisonListScreen", "LiftScreen", "compute_report"]
 
@@ -66,12 +69,14 @@ class LiftScreen(LiveScreen):
     CSS_PATH = "lift.tcss"
     MODE = "lift"
     HELP = RHO_HELP + (
-        " enter on a lift row lists the comparisons behind it; l / s / t switch tabs."
+        " enter on a lift row lists the comparisons behind it; l / s / t switch tabs; p "
+        "plots ρ̄ and its 95% CI per lift row (log₂ axis, a line at ρ = 1)."
     )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "tab('lift-tab')", "Lift", id="lift.tab_lift"),
         Binding("s", "tab('solo-tab')", "Solo", id="lift.tab_solo"),
         Binding("t", "tab('tiers-tab')", "Tiers", id="lift.tab_tiers"),
+        Binding("p", "tab('plot-tab')", "Plot", id="lift.tab_plot"),
         Binding("r", "refresh", "Recompute", id="lift.refresh"),
     ]
 
@@ -90,6 +95,8 @@ class LiftScreen(LiveScreen):
             with TabPane("Tiers", id="tiers-tab"):
                 yield DataTable(id="tiers-table", cursor_type="row", zebra_stripes=True)
                 yield DataTable(id="tier-grid-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("Plot", id="plot-tab"), VerticalScroll(id="forest-scroll"):
+                yield PlotPanel(id="forest-plot")
         yield Static(RHO_NOTE, id="lift-note", markup=False)
         yield Footer()
 
@@ -134,6 +141,7 @@ class LiftScreen(LiveScreen):
             for table in self.query(DataTable):
                 table.clear()
             banner.update(Text("no experiment in this database yet", style="dim"))
+            self.show_forest(None)
             return
         label = Text(f"experiment {exp} · ")
         if report["preview"]:
@@ -162,6 +170,20 @@ class LiftScreen(LiveScreen):
             tiers["by_solo_and_source_tier"],
             lambda r, c: tier_cells("solo_tier", "source_tier", r, c),
         )
+        self.show_forest(report)
+
+    def show_forest(self, report: dict[str, Any] | None) -> None:
+        """ρ̄ and its interval per lift row; taller than the tab, it scrolls."""
+        rows = forest_rows(report)
+        caption, placeholder = forest_caption(rows, bool(report and report["preview"]))
+        if report is None:
+            placeholder = "no experiment in this database yet"
+        panel = self.query_one("#forest-plot", PlotPanel)
+        plot = panel.show(caption, placeholder)
+        if plot is not None:
+            plot.styles.min_height = len(rows) + 4  # a line per row, the frame and the axis
+            panel.styles.min_height = len(rows) + 7  # and the caption
+            plot.draw_forest(rows)
 
     def on_resize(self, event: events.Resize) -> None:
         if self.report is not None:
@@ -181,9 +203,9 @@ class LiftScreen(LiveScreen):
             table.focus()
 
     def main_scrollable(self) -> Widget | None:
-        """The first table of the open tab."""
+        """The first table of the open tab (the plot's scroll view on the Plot tab)."""
         pane = self.query_one(TabbedContent).active_pane
-        found = pane.query(DataTable) if pane is not None else None
+        found = pane.query("DataTable, #forest-scroll") if pane is not None else None
         return found.first() if found else None
 
     @on(DataTable.RowSelected, "#lift-table")

@@ -1,6 +1,7 @@
 """Transfer inspector: one comparison — the three skills side by side, the three outcomes,
 ρ and help/harm/neutral, the labels with evidence; add human labels, edit the source skill
-and launch a treatment with the edited skill."""
+and launch a treatment with the edited skill; a side-by-side diff of the source attempt's
+skill or implementation against the treatment's (the two DSLs)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from engine.rubric.model import default_rubric
 from screens.app_bar import AppBar
 from screens.base import Changes, host
 from screens.dialogs import LabelDialog, LabelInput, SkillEdit, SkillEditor
+from screens.diffs import DiffPanel
 from screens.render import arm_summary, diff_texts, edit_diff_text, rho_text
 from screens.rubric_terms import TASKS
 from storage import queries
@@ -43,6 +45,8 @@ class TransferView:
     attached_skill: queries.SkillRow | None
     labels: list[queries.LabelRow]
     parent_skill: queries.SkillRow | None = None  # what an edited attached skill came from
+    source_implementation: str | None = None  # the source attempt's final implementation
+    treatment_implementation: str | None = None
 
     @property
     def edited(self) -> bool:
@@ -91,7 +95,9 @@ def load_transfer(db: Database, comparison_id: int) -> TransferView | None:
     parent = (queries.skill(db, attached.parent_skill_id)
               if attached is not None and attached.parent_skill_id is not None else None)
     return TransferView(comp, source, baseline, treatment, source_skill, skill_of(baseline),
-                        skill_of(treatment), attached, found, parent)
+                        skill_of(treatment), attached, found, parent,
+                        queries.implementation(db, source.id) if source else None,
+                        queries.implementation(db, treatment.id) if treatment else None)
 
 
 def skill_body(skill: queries.SkillRow | None) -> str:
@@ -109,10 +115,26 @@ def given_skill_title(view: TransferView) -> Text:
                 f"(+ added, - removed; d toggles)")
 
 
+def dsl_diff_caption(view: TransferView, subject: str) -> tuple[Text, str]:
+    """The caption above the source-vs-treatment diff, and the diff's own title."""
+    def side(name: str, row: queries.AttemptRow | None) -> str:
+        return f"{name} #{row.id} {row.dsl}" if row is not None else f"{name} (none)"
+
+    source, treatment = side("source", view.source), side("treatment", view.treatment)
+    other = "implementation" if subject == "skill" else "skill"
+    caption = Text(f"{subject}: {source} vs {treatment}", style="bold")
+    caption.append(f"  (i: {other}; v: the three skills)", style="dim")
+    return caption, f"{source} → {treatment} · {subject}"
+
+
 class TransferScreen(Screen[None]):
     """One comparison (model, problem, direction s→t), inspected."""
 
     CSS_PATH = "transfer.tcss"
+    HELP = ("The baseline and treatment skills highlight the lines that differ from the skill "
+            "the treatment was given (d toggles). v shows the source attempt against the "
+            "treatment (its other DSL) side by side instead: the skill, or with i the "
+            "implementation; v again returns to the three skills.")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back", id="transfer.back"),
         Binding("d", "toggle_diff", "Diff", id="transfer.diff"),
@@ -121,6 +143,11 @@ class TransferScreen(Screen[None]):
         Binding("s", "open('source')", "Source", id="transfer.source"),
         Binding("b", "open('baseline')", "Baseline", id="transfer.baseline"),
         Binding("t", "open('treatment')", "Treatment", id="transfer.treatment"),
+        # no room in the footer at 100 columns: listed in the help screen and the arms
+        Binding("v", "toggle_dsl_diff", "Source vs treatment diff", show=False,
+                id="transfer.dsl_diff"),
+        Binding("i", "toggle_diff_subject", "Diff skill / implementation", show=False,
+                id="transfer.diff_subject"),
     ]
 
     def __init__(self, comparison_id: int) -> None:
@@ -128,6 +155,8 @@ class TransferScreen(Screen[None]):
         self.comparison_id = comparison_id
         self.view: TransferView | None = None
         self.show_diff = True
+        self.show_dsl_diff = False
+        self.diff_subject = "skill"
         self.renders = 0
 
     def compose(self) -> ComposeResult:
@@ -142,6 +171,7 @@ class TransferScreen(Screen[None]):
                     yield Static(title, classes="section-title", id=f"{key}-skill-title")
                     with VerticalScroll():
                         yield Static(id=f"{key}-skill", markup=False)
+        yield DiffPanel(id="dsl-diff")
         yield Static("labels", classes="section-title")
         yield DataTable(id="labels-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
@@ -190,7 +220,9 @@ class TransferScreen(Screen[None]):
                      + (f" · variant {c.variant}" if c.variant else "") + "   ")
         title.append_text(rho_text(c))
         self.query_one("#transfer-title", Static).update(title)
-        arms = Text("\n").join([arm_summary("source", view.source),
+        source_arm = arm_summary("source", view.source)
+        source_arm.append("   v: diff with the treatment", style="dim")
+        arms = Text("\n").join([source_arm,
                                 arm_summary("baseline (target solo)", view.baseline),
                                 arm_summary("treatment", view.treatment)])
         self.query_one("#transfer-arms", Static).update(arms)
@@ -212,6 +244,39 @@ class TransferScreen(Screen[None]):
             self.query_one(f"#{key}-skill", Static).update(shown if body.strip() else empty)
         self.query_one("#source-skill-title", Static).update(given_skill_title(view))
         self._fill_labels(view.labels)
+        self.query_one("#skills").display = not self.show_dsl_diff
+        self.query_one("#dsl-diff").display = self.show_dsl_diff
+        if self.show_dsl_diff:
+            self.render_dsl_diff()
+
+    @work(exclusive=True, group="transfer-diff", exit_on_error=False)
+    async def render_dsl_diff(self) -> None:
+        """The source attempt's skill or implementation against the treatment's."""
+        view = self.view
+        if view is None:
+            return
+        subject = self.diff_subject
+        caption, title = dsl_diff_caption(view, subject)
+        if subject == "skill":
+            original = skill_body(view.source_skill)
+            modified = skill_body(view.treatment_skill)
+        else:
+            original = view.source_implementation or ""
+            modified = view.treatment_implementation or ""
+        placeholder = None
+        if view.source is None or view.treatment is None:
+            placeholder = "this comparison has no source or no treatment attempt yet"
+        await self.query_one("#dsl-diff", DiffPanel).show(caption, title, original, modified,
+                                                          subject, placeholder)
+
+    def action_toggle_dsl_diff(self) -> None:
+        self.show_dsl_diff = not self.show_dsl_diff
+        self.render_view()
+
+    def action_toggle_diff_subject(self) -> None:
+        self.diff_subject = "implementation" if self.diff_subject == "skill" else "skill"
+        self.show_dsl_diff = True
+        self.render_view()
 
     def on_changes(self, changes: Changes) -> None:
         view = self.view

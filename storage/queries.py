@@ -10,9 +10,12 @@ from sqlite_utils import Database
 
 
 def _rows[R](db: Database, cls: type[R], sql: str, params: list[Any] | None = None) -> list[R]:
+    """``cls`` per result row, from the columns it has fields for (a later column of the
+    same name wins, as in a dict of the row)."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    rows = db.query(sql, params or [])
-    return [cls(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    cursor = db.execute(sql, params or [])
+    picked = [(i, d[0]) for i, d in enumerate(cursor.description) if d[0] in names]
+    return [cls(**{k: row[i] for i, k in picked}) for row in cursor]
 
 
 @dataclass(frozen=True)
@@ -357,6 +360,26 @@ def latest_skill(db: Database, attempt_id: int) -> SkillRow | None:
 def skill(db: Database, skill_id: int) -> SkillRow | None:
     rows = _rows(db, SkillRow, "SELECT * FROM skills WHERE id=?", [skill_id])
     return rows[0] if rows else None
+
+
+def skills_of(db: Database, attempt_id: int) -> list[SkillRow]:
+    """Every version of an attempt's SKILL.md, oldest first (one row per change seen)."""
+    return _rows(db, SkillRow, "SELECT * FROM skills WHERE attempt_id=? ORDER BY id",
+                 [attempt_id])
+
+
+def implementation(db: Database, attempt_id: int) -> str | None:
+    """An attempt's implementation: the final source collected at its end, else its latest
+    final evaluation's, else its latest submission's source (None: nothing submitted)."""
+    row = db.execute("SELECT final_source FROM attempts WHERE id=?", [attempt_id]).fetchone()
+    if row is not None and row[0]:
+        return str(row[0])
+    row = db.execute(
+        "SELECT source FROM submissions WHERE attempt_id=? "
+        "ORDER BY try DESC, purpose = 'final' DESC, n DESC, id DESC LIMIT 1",
+        [attempt_id],
+    ).fetchone()
+    return str(row[0]) if row is not None else None
 
 
 def comparisons(

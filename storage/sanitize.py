@@ -68,6 +68,8 @@ def clean[T](value: T) -> T:
             if not field.init:
                 continue
             old = getattr(value, field.name)
+            if old is None or isinstance(old, (int, float)):
+                continue  # a number or nothing: no text to clean
             new = (
                 _clean_json(old)
                 if field.name.endswith("_json") and isinstance(old, str)

@@ -62,7 +62,7 @@ def test_connections_opening_an_old_file_at_once_migrate_it_once(db_path: Path) 
     db = open_db(db_path, migrate=False)
     migrations.apply(db, stop_before="m003_create_run_locks")
     db.conn.close()
-    assert inspect_file(db_path).pending == ["m003_create_run_locks"]
+    assert inspect_file(db_path).pending[0] == "m003_create_run_locks"  # and any later
     errors: list[BaseException] = []
     start = threading.Barrier(4)
 

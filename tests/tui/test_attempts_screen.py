@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import tui_seed as seed
@@ -9,7 +10,7 @@ from conftest import wait_until
 from textual.widgets import DataTable
 
 from screens.attempt_detail import AttemptDetailScreen
-from screens.attempts import PAGE_SIZE, AttemptsScreen
+from screens.attempts import PAGE_SIZE, AttemptsScreen, load_page
 from storage import writes
 from storage.store import Store
 
@@ -174,3 +175,43 @@ async def test_filters_take_quoted_values_problem_forms_and_model_parts(
             await wait_until(pilot, lambda text=text, loads=loads: screen.filter_text == text
                              and screen.loads > loads)
             await wait_until(pilot, lambda total=total: screen.total == total, timeout=5)
+
+
+async def test_one_read_at_a_time_and_no_page_that_is_no_longer_asked_for(
+    make_app, seeded_db: Path
+) -> None:
+    """Requests made while a page is read (keys, change sets) read once more when it
+    returns instead of cancelling it; a result for an old filter is never shown."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 17)
+        gate, calls, returned, shown = asyncio.Event(), [], [], []
+        real_read, real_show = app.read, screen.show
+
+        async def gated_read(fn, *args, **kwargs):  # the first page read waits for the gate
+            if fn is not load_page:
+                return await real_read(fn, *args, **kwargs)
+            calls.append(args)
+            if len(calls) == 1:
+                await gate.wait()
+            result = await real_read(fn, *args, **kwargs)
+            returned.append(args)
+            return result
+
+        def recording_show(rows, total):
+            shown.append((screen.filter_text, total))
+            real_show(rows, total)
+
+        app.read, screen.show = gated_read, recording_show
+        screen.load()
+        await wait_until(pilot, lambda: calls)  # the unfiltered page is being read
+        screen.filter_text = "state:running"
+        screen.load()
+        screen.load()
+        gate.set()
+        await wait_until(pilot, lambda: screen.total == 1)
+        await pilot.pause(0.2)
+        assert shown == [("state:running", 1)]  # the unfiltered result was dropped
+        assert len(calls) == 2  # and the two requests made one more read
+        assert returned == calls  # none was cancelled
