@@ -3,8 +3,8 @@ while a user pages, filters and moves the cursor.
 
 Runs the real App headless (Textual's test driver renders every frame without a terminal)
 attached read-only to a database that a writer thread updates, as a separate engine process
-would. Reports key-to-update latency (median / p95 / max), event-loop lag and the number of
-coalesced redraws.
+would. Reports key-to-update latency (median / p95 / max), event-loop lag, the number of
+coalesced redraws and the UI thread's CPU time per second.
 
     .venv/bin/python benchmarks/tui_responsiveness.py [--attempts 10000] [--rate 500]
 """
@@ -140,7 +140,7 @@ async def measure(path: Path, attempts: int, rate: int, rounds: int) -> dict[str
         probe = asyncio.create_task(lag_probe())
         table = screen.table
         redraws_before = app.redraws
-        started = time.perf_counter()
+        started, ui_cpu = time.perf_counter(), time.thread_time()  # the UI loop's thread
         paging, cursor, filtering = [], [], []
         for i in range(rounds):
             key = "right_square_bracket" if i % 2 == 0 else "left_square_bracket"
@@ -163,6 +163,7 @@ async def measure(path: Path, attempts: int, rate: int, rounds: int) -> dict[str
                 await asyncio.sleep(0.002)
             await asyncio.sleep(SETTLE_S)
         elapsed = time.perf_counter() - started
+        ui_cpu = time.thread_time() - ui_cpu
         probe.cancel()
         stop.set()
         if rate > 0:
@@ -176,6 +177,8 @@ async def measure(path: Path, attempts: int, rate: int, rounds: int) -> dict[str
             "filter_to_update": summary(filtering),
             "event_loop_lag": summary(lags),
             "redraws_per_s": round((app.redraws - redraws_before) / elapsed, 1),
+            # CPU time of the UI loop's thread per second (other load hardly changes it)
+            "ui_thread_cpu_ms_per_s": round(ui_cpu / elapsed * 1000),
             "seconds": round(elapsed, 1),
         })
     return results

@@ -147,7 +147,9 @@ class AttemptsScreen(LiveScreen):
         self.table_layout: Layout | None = None
         self._cursor_to: int | None = None  # after turning the page: 0 first row, -1 last
         self._status: Text | None = None  # the status line shown
-        self._reader: Worker[None] | None = None  # reads pages while asked to
+        self._reader: Worker[None] | None = None  # the latest worker reading pages
+        self._generation = 0  # which worker reads: a request for another page starts one
+        self._reading: tuple[str | None, str, str, bool, int] | None = None  # its query
         self._reload = False  # read the page (again) when the running read returns
         self.loads = 0
 
@@ -172,16 +174,20 @@ class AttemptsScreen(LiveScreen):
 
     # -- data ------------------------------------------------------------------------------
     def load(self) -> None:
-        """Read the page asked for (again). One read runs at a time: a request made while
-        it runs (a change set, a key) reads once more when it returns, instead of
-        cancelling it, and a result for a page no longer asked for is never shown."""
+        """Read the page asked for (again). A request for the page being read (a change
+        set) reads it once more when that read returns, instead of cancelling it; a request
+        for another page (a key, a filter) reads that page at once. A result for a page no
+        longer asked for is never shown."""
         self._reload = True
-        if self._reader is None or self._reader.is_finished:
-            self._reader = self._read_pages()
+        reading = self._reader is not None and not self._reader.is_finished
+        if not reading or self._reading != self._query():
+            self._generation += 1
+            self._reader = self._read_pages(self._generation)
 
     @work(group="attempts-load", exit_on_error=False)
-    async def _read_pages(self) -> None:
-        while self._reload:
+    async def _read_pages(self, generation: int) -> None:
+        """Read while asked to, until a later call of :meth:`load` takes over."""
+        while self._reload and generation == self._generation:
             self._reload = False
             await self._read_page()
 
@@ -191,7 +197,7 @@ class AttemptsScreen(LiveScreen):
                 self.page_offset)
 
     async def _read_page(self) -> None:
-        query = self._query()
+        query = self._reading = self._query()
         experiment_id, text, sort, descending, offset = query
         filters, search = parse_filter(text)
         try:
@@ -201,9 +207,9 @@ class AttemptsScreen(LiveScreen):
             if query == self._query():
                 self.notify(str(exc), severity="error")
             return
-        if query != self._query():  # asked for another page meanwhile: read that one
-            self._reload = True
-        elif rows == [] and offset and total:  # past the end: the last page
+        if query != self._query():
+            return  # another page was asked for meanwhile, and is being read
+        if rows == [] and offset and total:  # past the end: the last page
             self.page_offset = max(0, (total - 1) // PAGE_SIZE * PAGE_SIZE)
             self._reload = True
         else:

@@ -177,24 +177,26 @@ async def test_filters_take_quoted_values_problem_forms_and_model_parts(
             await wait_until(pilot, lambda total=total: screen.total == total, timeout=5)
 
 
-async def test_one_read_at_a_time_and_no_page_that_is_no_longer_asked_for(
+async def test_reads_are_not_cancelled_and_no_page_that_is_no_longer_asked_for_shows(
     make_app, seeded_db: Path
 ) -> None:
-    """Requests made while a page is read (keys, change sets) read once more when it
-    returns instead of cancelling it; a result for an old filter is never shown."""
+    """A request for another page while one is read (a filter) reads it at once; one for
+    the page being read (a change set) reads it once more after that read; no read is
+    cancelled, and a result for an old filter is never shown."""
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         await wait_until(pilot, lambda: screen.total == 17)
-        gate, calls, returned, shown = asyncio.Event(), [], [], []
+        gates: list[asyncio.Event] = []
+        calls, returned, shown = [], [], []
         real_read, real_show = app.read, screen.show
 
-        async def gated_read(fn, *args, **kwargs):  # the first page read waits for the gate
+        async def gated_read(fn, *args, **kwargs):  # a page read waits for the next gate
             if fn is not load_page:
                 return await real_read(fn, *args, **kwargs)
             calls.append(args)
-            if len(calls) == 1:
-                await gate.wait()
+            if gates:
+                await gates.pop(0).wait()
             result = await real_read(fn, *args, **kwargs)
             returned.append(args)
             return result
@@ -204,14 +206,28 @@ async def test_one_read_at_a_time_and_no_page_that_is_no_longer_asked_for(
             real_show(rows, total)
 
         app.read, screen.show = gated_read, recording_show
+        first = asyncio.Event()
+        gates.append(first)
         screen.load()
         await wait_until(pilot, lambda: calls)  # the unfiltered page is being read
         screen.filter_text = "state:running"
         screen.load()
-        screen.load()
-        gate.set()
-        await wait_until(pilot, lambda: screen.total == 1)
+        await wait_until(pilot, lambda: screen.total == 1)  # read while the first waits
+        first.set()
+        await wait_until(pilot, lambda: len(returned) == 2)
         await pilot.pause(0.2)
         assert shown == [("state:running", 1)]  # the unfiltered result was dropped
-        assert len(calls) == 2  # and the two requests made one more read
-        assert returned == calls  # none was cancelled
+
+        second = asyncio.Event()
+        gates.append(second)
+        screen.load()
+        await wait_until(pilot, lambda: len(calls) == 3)
+        screen.load()  # change sets while the page is read
+        screen.load()
+        await pilot.pause(0.2)
+        assert len(calls) == 3  # they wait for the read in flight
+        second.set()
+        await wait_until(pilot, lambda: len(returned) == 4)
+        await pilot.pause(0.2)
+        assert len(calls) == 4  # and then read the page once more
+        assert shown[1:] == [("state:running", 1)] * 2
