@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.grading.call_evidence import CallEvidence
+from engine.grading.call_evidence import CallEvidence, _int
 from engine.grading.judge_clock import JudgeClock, scored_ms
 from engine.grading.output_checks import Expected, OutputChecks
 from engine.grading.rejections import InfrastructureError, Rejected
@@ -416,10 +416,6 @@ def prepare(device: str) -> Prepared:
         float((square @ square).sum())  # context and the BLAS handle the anchors use
     reference.wait_ready()
     return Prepared(device, reference)
-
-
-def _int(value: Any) -> int:
-    return value if type(value) is int else 0
 
 
 def trimmed_traceback(exc: BaseException) -> str:

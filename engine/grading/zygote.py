@@ -61,32 +61,53 @@ def preload(dsls: bool) -> list[str]:
     return loaded
 
 
-def run_child(
-    job: dict[str, Any], write_fd: int, control: Sequence[int], spare: RunnerProcess | None
-) -> None:
-    """In the forked child: isolate, redirect, judge, and exit without returning."""
+def _isolate(control: Sequence[int], spare: RunnerProcess | None) -> None:
+    """In a forked judge: its own session, the warm parent's control pipe closed, the
+    standard streams on /dev/null until the job's log is known."""
+    os.setsid()
+    for fd in control:
+        os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(devnull, target)
+    if spare is not None:
+        spare.popen = None  # the warm parent reaps it; this child watches its socket
+
+
+def _judge(job: dict[str, Any], write_fd: int, spare: RunnerProcess | None, prepared: Any) -> None:
+    """In a forked judge: log to the job's folder, work there, judge the job."""
+    from engine.grading.judge import run_job
+
+    log = os.open(Path(job["workdir"]) / "worker.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.chdir(job["workdir"])
+    run_job(job, write_fd, spare, prepared)
+
+
+def _exit_after(body: Callable[[], None]) -> None:
+    """Run ``body`` in a forked child and exit without returning (70 if it raised)."""
     code = 0
     try:
-        os.setsid()
-        for fd in control:
-            os.close(fd)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        log = os.open(Path(job["workdir"]) / "worker.log", os.O_WRONLY | os.O_CREAT, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.chdir(job["workdir"])
-        from engine.grading.judge import run_job
-
-        if spare is not None:
-            spare.popen = None  # the warm parent reaps it; this child watches its socket
-        run_job(job, write_fd, spare)
+        body()
     except BaseException:  # noqa: BLE001
         code = 70
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def run_child(
+    job: dict[str, Any], write_fd: int, control: Sequence[int], spare: RunnerProcess | None
+) -> None:
+    """In the forked child: isolate, redirect, judge, and exit without returning."""
+
+    def body() -> None:
+        _isolate(control, spare)
+        _judge(job, write_fd, spare, None)
+
+    _exit_after(body)
 
 
 class Spares:
@@ -184,35 +205,18 @@ def run_primed_child(
     job_fd: int, write_fd: int, control: Sequence[int], spare: RunnerProcess | None, device: str
 ) -> None:
     """In a judge forked ahead: prepare, wait for the job, judge it, exit."""
-    code = 0
-    try:
-        os.setsid()
-        for fd in control:
-            os.close(fd)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for target in (0, 1, 2):
-            os.dup2(devnull, target)
-        from engine.grading.judge import prepare, run_job
 
-        if spare is not None:
-            spare.popen = None  # the warm parent reaps it; this child watches its socket
+    def body() -> None:
+        from engine.grading.judge import prepare
+
+        _isolate(control, spare)
         prepared = prepare(device)
         with os.fdopen(job_fd, "rb") as jobs:
             line = jobs.readline()
-        if not line:
-            return
-        job = json.loads(line)
-        log = os.open(Path(job["workdir"]) / "worker.log", os.O_WRONLY | os.O_CREAT, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.chdir(job["workdir"])
-        run_job(job, write_fd, spare, prepared)
-    except BaseException:  # noqa: BLE001
-        code = 70
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        if line:
+            _judge(json.loads(line), write_fd, spare, prepared)
+
+    _exit_after(body)
 
 
 def prime(spares: Spares, control: Sequence[int]) -> Primed | None:
