@@ -8,7 +8,17 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
-from engine.events import EngineEvent, EventBus
+from engine.events import (
+    AttemptFinished,
+    AttemptRetrying,
+    AttemptSkipped,
+    AttemptStarted,
+    Event,
+    EventBus,
+    FleetStatus,
+    GradingStarted,
+    SubmissionGraded,
+)
 
 
 class JsonEventStream:
@@ -18,9 +28,10 @@ class JsonEventStream:
         self.out = out or sys.stdout
         bus.subscribe(self._write)
 
-    def _write(self, event: EngineEvent) -> None:
-        self.out.write(json.dumps({"t": round(time.time(), 3), **event.as_dict()},
-                                  default=str) + "\n")
+    def _write(self, event: Event) -> None:
+        self.out.write(
+            json.dumps({"t": round(time.time(), 3), **event.as_dict()}, default=str) + "\n"
+        )
         self.out.flush()
 
 
@@ -39,31 +50,34 @@ class ProgressDisplay:
         self._live: Any = None
         bus.subscribe(self._on_event)
 
-    def _on_event(self, event: EngineEvent) -> None:
-        kind = event.kind
-        if kind == "attempt_started":
-            self.states["running"] += 1
-        elif kind in ("attempt_finished", "attempt_skipped"):
-            if kind == "attempt_finished":
+    def _on_event(self, event: Event) -> None:
+        match event:
+            case AttemptStarted():
+                self.states["running"] += 1
+            case AttemptFinished(state=state, outcome=outcome):
                 self.states["running"] -= 1
-            state = event.data.get("state", "skipped")
-            self.states[state] += 1
-            outcome = event.data.get("outcome")
-            self.last_line = f"{event.attempt_id}: {state} {outcome or ''}".strip()
-        elif kind == "attempt_retrying":
-            self.states["running"] -= 1
-        elif kind == "grading_started":
-            self.queue += 1
-            self.waiting = int(event.data.get("waiting", 0))
-        elif kind == "fleet_status":
-            self.fleet = (f"{event.data.get('busy', 0)}/{event.data.get('slots', 0)} busy, "
-                          f"{event.data.get('queued', 0)} queued on "
-                          f"{event.data.get('up', 0)}/{event.data.get('hosts', 0)} hosts up")
-        elif kind == "submission_graded":
-            self.queue = max(0, self.queue - 1)
-            self.graded += 1
+                self._ended(event.attempt_id, state, outcome)
+            case AttemptSkipped():
+                self._ended(event.attempt_id, "skipped", None)
+            case AttemptRetrying():
+                self.states["running"] -= 1
+            case GradingStarted(waiting=waiting):
+                self.queue += 1
+                self.waiting = int(waiting)
+            case FleetStatus():
+                self.fleet = (
+                    f"{event.busy}/{event.slots} busy, {event.queued} queued on "
+                    f"{event.up}/{event.hosts} hosts up"
+                )
+            case SubmissionGraded():
+                self.queue = max(0, self.queue - 1)
+                self.graded += 1
         if self._live is not None:
             self._live.update(self.render())
+
+    def _ended(self, attempt_id: int | None, state: str, outcome: str | None) -> None:
+        self.states[state] += 1
+        self.last_line = f"{attempt_id}: {state} {outcome or ''}".strip()
 
     def render(self) -> Any:
         from rich.table import Table

@@ -32,7 +32,7 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from engine.config import ExperimentConfig, parse_config
-from engine.events import EngineEvent, EventBus
+from engine.events import Area, Event, EventBus, area_of
 from screens.attempt_detail import AttemptDetailScreen
 from screens.attempts import AttemptsScreen
 from screens.base import ChangeCollector, Changes
@@ -301,7 +301,7 @@ class MkbApp(App[int]):
         gate = engine.gate
         return f"grading {gate.in_flight}/{gate.slots} busy, {gate.waiting} waiting"
 
-    def _on_engine_event(self, event: EngineEvent) -> None:
+    def _on_engine_event(self, event: Event) -> None:
         self.collector.add(event.kind, event.attempt_id)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -363,7 +363,7 @@ class MkbApp(App[int]):
     async def poll_events_once(self) -> int:
         rows = await self.read(queries.events_after, self.last_event_id, limit=5000)
         for row in rows:
-            if row.kind.startswith("experiment") and row.experiment_id and (
+            if area_of(row.kind) is Area.EXPERIMENTS and row.experiment_id and (
                 self.experiment_id is None
             ):
                 self.experiment_id = row.experiment_id

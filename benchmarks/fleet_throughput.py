@@ -29,10 +29,11 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.attempts.spec import AttemptOutcome, AttemptSpec  # noqa: E402
 from engine.config import ExperimentConfig, parse_config  # noqa: E402
 from engine.grading.api import Feedback, GradeRequest, GradingBackend  # noqa: E402
 from engine.grading.fleet import FleetBackend, FleetMonitor, LocalFleet  # noqa: E402
-from engine.scheduler import AttemptJob, AttemptResult, Engine  # noqa: E402
+from engine.scheduler import Engine  # noqa: E402
 from engine.standins.simulated import SimulatedRunner  # noqa: E402
 from storage.store import Store  # noqa: E402
 
@@ -71,9 +72,9 @@ class ScriptedRunner:
         self.inner = SimulatedRunner(submissions=submissions, blank_skill_rate=0.0)
 
     async def __call__(
-        self, job: AttemptJob, backend: GradingBackend, observer: Any
-    ) -> AttemptResult:
-        return await self.inner(job, WithImplementation(backend), observer)
+        self, spec: AttemptSpec, backend: GradingBackend, observer: Any
+    ) -> AttemptOutcome:
+        return await self.inner(spec, WithImplementation(backend), observer)
 
 
 def fleet_config(

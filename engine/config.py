@@ -178,6 +178,38 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
     ExperimentConfig
 ):
     """Parse and validate an experiment TOML text."""
+    data, exp = _load_sections(text, path)
+    name, exp_id = _parse_identity(exp, path)
+    models = _parse_models(data.get("models"), path)
+    scope = _parse_scope(exp, path)
+    runtime = _parse_runtime(exp, data, path)
+    concurrency = _parse_concurrency(data.get("concurrency", {}), path)
+    rerun_failed, max_tries = _parse_retry(data.get("retry", {}), path)
+    names = [m.name for m in models]
+    transfers = tuple(
+        _parse_transfer(t, f"{path} [[transfers]] #{i + 1}", names, Path(path).parent)
+        for i, t in enumerate(data.get("transfers", []))
+    )
+    config = ExperimentConfig(
+        name=name,
+        id=exp_id,
+        models=models,
+        **scope,
+        **runtime,
+        concurrency=concurrency,
+        rerun_failed=rerun_failed,
+        max_tries=max_tries,
+        transfers=transfers,
+        source_text=text,
+        path=path,
+    )
+    if check_problems:
+        validate_problems(config)
+    return config
+
+
+def _load_sections(text: str, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parsed TOML and its ``[experiment]`` table, with no unknown sections or keys."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -188,14 +220,22 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
     _expect(isinstance(exp, dict), path, "missing [experiment] section")
     unknown = set(exp) - _EXPERIMENT_KEYS
     _expect(not unknown, f"{path} [experiment]", f"unknown keys {sorted(unknown)}")
-    name = exp.get("name")
+    return data, exp
+
+
+def _parse_identity(exp: dict[str, Any], path: str) -> tuple[str, str]:
+    """The experiment's name and id (the id defaults to the name made safe)."""
+    name: Any = exp.get("name")
     _expect(isinstance(name, str) and name.strip() != "", f"{path} [experiment].name",
             "is required")
     exp_id = exp.get("id", _safe_id(name))
     _expect(isinstance(exp_id, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", exp_id) is not None,
             f"{path} [experiment].id", "may use letters, digits, '.', '_' and '-' only")
+    return name, exp_id
 
-    raw_models: Any = data.get("models")
+
+def _parse_models(raw_models: Any, path: str) -> tuple[ModelConfig, ...]:
+    """The ``[[models]]`` entries: at least one, each named, names distinct."""
     _expect(isinstance(raw_models, list) and len(raw_models) > 0, path,
             "at least one [[models]] entry is required")
     models: list[ModelConfig] = []
@@ -219,7 +259,12 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
         )
     names = [m.name for m in models]
     _expect(len(set(names)) == len(names), path, "model names must be distinct")
+    return tuple(models)
 
+
+def _parse_scope(exp: dict[str, Any], path: str) -> dict[str, Any]:
+    """What the experiment covers and how much each attempt gets: DSLs, problems, families,
+    replicates, budget and submissions (as :class:`ExperimentConfig` keyword arguments)."""
     dsls = _str_list(exp.get("dsls", list(DSLS)), f"{path} [experiment].dsls")
     bad = set(dsls) - set(DSLS)
     _expect(not bad, f"{path} [experiment].dsls", f"unknown DSLs {sorted(bad)}; use cute, tirx")
@@ -236,7 +281,19 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
     max_subs = exp.get("max_submissions", 10)
     _expect(isinstance(max_subs, int) and not isinstance(max_subs, bool) and max_subs >= 0,
             f"{path} [experiment].max_submissions", "must be a whole number ≥ 0")
+    return {
+        "problems": problems,
+        "families": families,
+        "dsls": dsls,
+        "replicates": replicates,
+        "budget_minutes": float(budget),
+        "max_submissions": int(max_subs),
+    }
 
+
+def _parse_runtime(exp: dict[str, Any], data: dict[str, Any], path: str) -> dict[str, Any]:
+    """Where and how attempts run: sandbox, grading and agent with their option tables (as
+    :class:`ExperimentConfig` keyword arguments)."""
     sandbox = exp.get("sandbox", "local")
     _expect(isinstance(sandbox, str) and (sandbox in KNOWN_SANDBOXES or ":" in sandbox),
             f"{path} [experiment].sandbox",
@@ -264,13 +321,24 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
                 "with mkb grader serve --kernel-audit)")
         _expect(grading_options["kernel_audit"] in KERNEL_AUDIT_MODES,
                 f"{path} [grading].kernel_audit", f"must be one of {KERNEL_AUDIT_MODES}")
+    return {
+        "agent": agent,
+        "agent_options": dict(agent_options),
+        "sandbox": sandbox,
+        "sandbox_options": dict(sandbox_options),
+        "unsafe_no_jail": unsafe_no_jail,
+        "grading": grading,
+        "grading_options": dict(grading_options),
+    }
 
-    conc = data.get("concurrency", {})
+
+def _parse_concurrency(conc: Any, path: str) -> Concurrency:
+    """The ``[concurrency]`` table (every limit a whole number ≥ 1)."""
     _expect(isinstance(conc, dict), f"{path} [concurrency]", "must be a table")
     unknown = set(conc) - {"sandboxes", "attempts_per_model", "grading_slots",
                            "llm_calls_per_model"}
     _expect(not unknown, f"{path} [concurrency]", f"unknown keys {sorted(unknown)}")
-    concurrency = Concurrency(
+    return Concurrency(
         sandboxes=_positive_int(conc.get("sandboxes", 4), f"{path} [concurrency].sandboxes"),
         attempts_per_model=_positive_int(
             conc.get("attempts_per_model", 2), f"{path} [concurrency].attempts_per_model"
@@ -282,43 +350,15 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
             conc["llm_calls_per_model"], f"{path} [concurrency].llm_calls_per_model"
         ),
     )
-    retry = data.get("retry", {})
+
+
+def _parse_retry(retry: Any, path: str) -> tuple[bool, int]:
+    """The ``[retry]`` table: whether failed attempts rerun, and how many tries at most."""
     _expect(isinstance(retry, dict), f"{path} [retry]", "must be a table")
     rerun_failed = retry.get("rerun_failed", True)
     _expect(isinstance(rerun_failed, bool), f"{path} [retry].rerun_failed", "must be true/false")
     max_tries = _positive_int(retry.get("max_tries", 3), f"{path} [retry].max_tries")
-
-    transfers = tuple(
-        _parse_transfer(t, f"{path} [[transfers]] #{i + 1}", names, Path(path).parent)
-        for i, t in enumerate(data.get("transfers", []))
-    )
-    config = ExperimentConfig(
-        name=name,
-        id=exp_id,
-        models=tuple(models),
-        problems=problems,
-        families=families,
-        dsls=dsls,
-        replicates=replicates,
-        budget_minutes=float(budget),
-        max_submissions=int(max_subs),
-        agent=agent,
-        agent_options=dict(agent_options),
-        sandbox=sandbox,
-        sandbox_options=dict(sandbox_options),
-        unsafe_no_jail=unsafe_no_jail,
-        grading=grading,
-        grading_options=dict(grading_options),
-        concurrency=concurrency,
-        rerun_failed=rerun_failed,
-        max_tries=max_tries,
-        transfers=transfers,
-        source_text=text,
-        path=path,
-    )
-    if check_problems:
-        validate_problems(config)
-    return config
+    return rerun_failed, max_tries
 
 
 def _parse_transfer(raw: Any, where: str, models: list[str], base: Path) -> TransferEdge:

@@ -1,10 +1,11 @@
 """Bridges from a running attempt to the store: an observer and a recording grading backend.
 
 :class:`StoreObserver` turns the attempt's turn-by-turn reports (ATIF steps, skills, faults)
-into rows and publishes small events. :class:`RecordingBackend` wraps the real grading
-backend for one attempt: every evaluation becomes a ``submissions`` row and one
-``grading_jobs`` row per try, with up to ``max_tries`` tries when the grader itself fails, so
-a grader that dies mid-job is retried and the submission is graded exactly once.
+into rows and typed events, each through one :meth:`Publisher.publish`.
+:class:`RecordingBackend` wraps the real grading backend for one attempt: every evaluation
+becomes a ``submissions`` row and each call one ``grading_jobs`` row; when a grading ends in
+an infrastructure error the caller tries again (the retry policy, ``engine/retry.py``) and the
+same submission gets another job, so it is graded exactly once.
 """
 
 from __future__ import annotations
@@ -12,11 +13,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from engine.events import EventBus
+from engine.attempts.spec import AttemptId
+from engine.events import (
+    AttemptNote,
+    FeedbackReturned,
+    GradingStarted,
+    Publisher,
+    SkillUpdated,
+    StepRecorded,
+    SubmissionGraded,
+    SubmissionReceived,
+    SubmissionRejected,
+)
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.gate import GradingGate
 from storage import writes
-from storage.store import Store
 
 _ANALYSIS = re.compile(r"(?s)^\s*Analysis:\s*(.*?)(?:\n\s*Plan:\s*(.*))?$")
 
@@ -27,8 +38,9 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(_text(part.get("text") if isinstance(part, dict) else part)
-                         for part in content)
+        return "\n".join(
+            _text(part.get("text") if isinstance(part, dict) else part) for part in content
+        )
     return str(content)
 
 
@@ -62,131 +74,149 @@ def step_fields(step: dict[str, Any]) -> dict[str, Any]:
 
 
 class StoreObserver:
-    """Writes an attempt's reports to SQLite, then publishes an event."""
+    """Writes an attempt's reports to SQLite and publishes each as a typed event."""
 
     def __init__(
-        self, store: Store, bus: EventBus, experiment_id: str, attempt_id: int, try_number: int
+        self, publisher: Publisher, experiment_id: str, attempt_id: AttemptId, try_number: int
     ) -> None:
-        self.store = store
-        self.bus = bus
+        self.publisher = publisher
         self.experiment_id = experiment_id
         self.attempt_id = attempt_id
         self.try_number = try_number
         self._auto_index = 0
 
-    async def step_recorded(self, attempt_id: str, step: dict[str, Any]) -> None:
+    async def step_recorded(self, attempt_id: AttemptId, step: dict[str, Any]) -> None:
         index = step.get("step_id")
         if not isinstance(index, int):
             self._auto_index += 1
             index = 100_000 + self._auto_index
-        fields = step_fields(step)
-        await self.store.write(
-            writes.add_step, self.attempt_id, index, try_number=self.try_number, **fields
+        await self.publisher.publish(
+            StepRecorded(self.experiment_id, self.attempt_id, step_index=index),
+            writes.add_step,
+            self.attempt_id,
+            index,
+            try_number=self.try_number,
+            **step_fields(step),
         )
-        self.bus.emit("step_recorded", self.experiment_id, self.attempt_id, step_index=index)
 
-    async def submission_received(self, attempt_id: str, n: int, source: str) -> None:
-        self.bus.emit("submission_received", self.experiment_id, self.attempt_id, n=n)
+    async def submission_received(self, attempt_id: AttemptId, n: int, source: str) -> None:
+        await self.publisher.publish(SubmissionReceived(self.experiment_id, self.attempt_id, n=n))
 
-    async def submission_rejected(self, attempt_id: str, reason: str, detail: str) -> None:
-        await self.store.write(
-            writes.append_event,
-            "submission_rejected",
-            {"reason": reason, "detail": detail[:2000]},
-            experiment_id=self.experiment_id,
+    async def submission_rejected(self, attempt_id: AttemptId, reason: str, detail: str) -> None:
+        await self.publisher.publish(
+            SubmissionRejected(
+                self.experiment_id, self.attempt_id, reason=reason, detail=detail[:2000]
+            )
+        )
+
+    async def feedback_returned(self, attempt_id: AttemptId, n: int, feedback: Feedback) -> None:
+        await self.publisher.publish(
+            FeedbackReturned(
+                self.experiment_id,
+                self.attempt_id,
+                n=n,
+                verdict=feedback.verdict,
+                speedup=feedback.speedup,
+            )
+        )
+
+    async def skill_updated(self, attempt_id: AttemptId, text: str) -> None:
+        await self.publisher.publish(
+            SkillUpdated(self.experiment_id, self.attempt_id, chars=len(text)),
+            writes.add_skill,
+            text,
             attempt_id=self.attempt_id,
         )
-        self.bus.emit("submission_rejected", self.experiment_id, self.attempt_id, reason=reason)
 
-    async def feedback_returned(self, attempt_id: str, n: int, feedback: Feedback) -> None:
-        self.bus.emit(
-            "feedback_returned", self.experiment_id, self.attempt_id, n=n,
-            verdict=feedback.verdict, speedup=feedback.speedup,
+    async def event(self, attempt_id: AttemptId, event: dict[str, Any]) -> None:
+        name = str(event.get("kind") or "attempt_event")
+        await self.publisher.publish(
+            AttemptNote(
+                self.experiment_id,
+                self.attempt_id,
+                name=name,
+                report={**event, "try": self.try_number},
+            )
         )
 
-    async def skill_updated(self, attempt_id: str, text: str) -> None:
-        await self.store.write(writes.add_skill, text, attempt_id=self.attempt_id)
-        self.bus.emit("skill_updated", self.experiment_id, self.attempt_id, chars=len(text))
-
-    async def event(self, attempt_id: str, event: dict[str, Any]) -> None:
-        kind = str(event.get("kind") or "attempt_event")
-        await self.store.write(
-            writes.append_event,
-            f"attempt.{kind}",
-            {**event, "try": self.try_number},
-            experiment_id=self.experiment_id,
-            attempt_id=self.attempt_id,
-        )
-        self.bus.emit(f"attempt.{kind}", self.experiment_id, self.attempt_id)
-
-    async def attempt_finished(self, attempt_id: str, outcome: Any) -> None:
+    async def attempt_finished(self, attempt_id: AttemptId, outcome: Any) -> None:
         return None  # the scheduler records the outcome with the attempt row
 
 
 class RecordingBackend:
-    """One attempt's view of the grading backend, recording and retrying every evaluation."""
+    """One attempt's view of the grading backend: each call is one recorded grading job."""
 
     def __init__(
         self,
         inner: GradingBackend,
-        store: Store,
-        bus: EventBus,
+        publisher: Publisher,
         *,
         experiment_id: str,
-        attempt_id: int,
+        attempt_id: AttemptId,
         try_number: int,
-        max_tries: int = 3,
         gate: GradingGate | None = None,
     ) -> None:
         self.inner = inner
         self.gate = gate or GradingGate(1 << 30)  # no limit unless the engine shares one
-        self.store = store
-        self.bus = bus
+        self.publisher = publisher
+        self.store = publisher.store
         self.experiment_id = experiment_id
         self.attempt_id = attempt_id
         self.try_number = try_number
-        self.max_tries = max_tries
         self.name = getattr(inner, "name", "grading")
         self._counters: dict[str, int] = {"submission": 0, "final": 0}
         self._unfinished: dict[tuple[str, str, str], tuple[int, int]] = {}
         self.last_final: Feedback | None = None
 
-    async def grade(self, request: GradeRequest) -> Feedback:
-        purpose = request.purpose if request.purpose in self._counters else "submission"
+    async def _submission(self, purpose: str, request: GradeRequest) -> tuple[int, int]:
+        """(n, submission id): a new submission row, or the one whose grading failed before
+        (the caller retries an infrastructure error: another job, never a second row)."""
         key = (purpose, request.request_id, writes.text_hash(request.source))
         if key in self._unfinished:
-            # the caller retries a grading that ended in an infrastructure error: the same
-            # submission gets another grading job, never a second submission row
-            n, submission_id = self._unfinished.pop(key)
-        else:
-            self._counters[purpose] += 1
-            n = self._counters[purpose]
-            submission_id = await self.store.write(
-                writes.add_submission,
-                self.attempt_id,
-                n,
-                request.source,
-                purpose=purpose,
-                try_number=self.try_number,
+            return self._unfinished.pop(key)
+        self._counters[purpose] += 1
+        n = self._counters[purpose]
+        submission_id = await self.store.write(
+            writes.add_submission,
+            self.attempt_id,
+            n,
+            request.source,
+            purpose=purpose,
+            try_number=self.try_number,
+        )
+        return n, submission_id
+
+    async def grade(self, request: GradeRequest) -> Feedback:
+        purpose = request.purpose if request.purpose in self._counters else "submission"
+        n, submission_id = await self._submission(purpose, request)
+        job_id = await self.store.write(writes.start_grading_job, submission_id, self.name)
+        await self.publisher.publish(
+            GradingStarted(
+                self.experiment_id, self.attempt_id, n=n, purpose=purpose, waiting=self.gate.waiting
             )
-        feedback = Feedback(verdict="error", reason="crash", message="not graded")
-        for _ in range(self.max_tries):
-            job_id = await self.store.write(writes.start_grading_job, submission_id, self.name)
-            self.bus.emit("grading_started", self.experiment_id, self.attempt_id, n=n,
-                          purpose=purpose, waiting=self.gate.waiting)
-            try:
-                async with self.gate.slot(purpose):
-                    feedback = await self.inner.grade(request)
-            except Exception as exc:  # noqa: BLE001 - a broken backend is a transient failure
-                feedback = Feedback(
-                    verdict="error", reason="crash", message=f"{type(exc).__name__}: {exc}"
-                )
-            await self.store.write(writes.finish_grading_job, job_id, feedback.to_dict())
-            self.bus.emit("submission_graded", self.experiment_id, self.attempt_id, n=n,
-                          purpose=purpose, verdict=feedback.verdict, speedup=feedback.speedup)
-            if feedback.verdict != "error":
-                break
+        )
+        try:
+            async with self.gate.slot(purpose):
+                feedback = await self.inner.grade(request)
+        except Exception as exc:  # noqa: BLE001 - a broken backend is an infrastructure error
+            feedback = Feedback(
+                verdict="error", reason="crash", message=f"{type(exc).__name__}: {exc}"
+            )
+        await self.publisher.publish(
+            SubmissionGraded(
+                self.experiment_id,
+                self.attempt_id,
+                n=n,
+                purpose=purpose,
+                verdict=feedback.verdict,
+                speedup=feedback.speedup,
+            ),
+            writes.finish_grading_job,
+            job_id,
+            feedback.to_dict(),
+        )
         if feedback.verdict == "error":
+            key = (purpose, request.request_id, writes.text_hash(request.source))
             self._unfinished[key] = (n, submission_id)
         if purpose == "final":
             self.last_final = feedback

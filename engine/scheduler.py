@@ -1,11 +1,13 @@
 """The experiment engine: turns a plan into attempts, runs them with bounded concurrency,
 records everything, and computes comparisons as results land.
 
-Runs are convergent: the plan's attempts are rows keyed by a plan key, so rerunning a config
-reuses finished attempts, reruns failed or interrupted ones by policy and detects stale ones
-(task build or attached skill changed) — rerun only with ``rerun_stale``. An attempt's
-outcome is written in one transaction, so ``kill -9`` at any point loses no finished attempt
-and never duplicates one; attempts caught mid-run are marked interrupted on the next start.
+Runs are convergent (``engine/convergence.py``): rerunning a config reuses finished attempts
+and resumes failed or interrupted ones by the retry policy (``engine/retry.py``). An
+attempt's outcome is written in one transaction, so ``kill -9`` at any point loses no
+finished attempt and never duplicates one; attempts caught mid-run are marked interrupted on
+the next start. Each try of an attempt is one :class:`~engine.attempts.spec.AttemptSpec`
+handed to the runner, which returns one :class:`~engine.attempts.spec.AttemptOutcome`; every
+event goes through one :class:`~engine.events.Publisher`.
 
 One engine runs an experiment at a time: :meth:`Engine.run` takes the experiment's run lock
 (``storage/run_locks.py``) in the transaction that starts the run, refreshes it while running
@@ -19,69 +21,63 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import sys
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.analysis.paired import ArmResult, rho, verdict
-from engine.config import ExperimentConfig, ModelConfig
-from engine.events import EventBus
-from engine.grading.api import Feedback, GradingBackend
+from engine import comparisons
+from engine.attempt_records import attach_skill, outcome_of, store_outcome
+from engine.attempts.spec import AttemptOutcome, AttemptSpec, spec_for_node
+from engine.config import ExperimentConfig
+from engine.convergence import (
+    STOPPED_WHILE_RUNNING,
+    RunLockClaim,
+    Todo,
+    close_over_sources,
+    needs_run,
+    prepare,
+    skill_hash,
+    task_hash,
+)
+from engine.events import (
+    AttemptFinished,
+    AttemptInterrupted,
+    AttemptRetrying,
+    AttemptSkipped,
+    AttemptStarted,
+    EnginePaused,
+    EngineResumed,
+    EventBus,
+    ExperimentFinished,
+    ExperimentStarted,
+    ExperimentStopped,
+    Publisher,
+    RunLockLost,
+    RunLockTakenOver,
+    StaleAttempts,
+)
+from engine.grading.api import GradingBackend
 from engine.grading.gate import GradingGate
-from engine.plan import ComparisonSpec, Plan, PlanNode, build_plan
+from engine.plan import Plan, PlanNode, build_plan
 from engine.recording import RecordingBackend, StoreObserver
+from engine.retry import RetryPolicy
+from engine.slots import Slots
 from storage import queries, run_locks, writes
 from storage.db import now
 from storage.store import Store
 
-TERMINAL = ("finished", "failed", "skipped")
-CONTRACT_VERSION = "mkb-contract-1"
-STOPPED_WHILE_RUNNING = "the engine stopped while this attempt ran"
-
-
-@dataclass(frozen=True)
-class AttemptJob:
-    """Everything an attempt runner needs for one try of one attempt."""
-
-    attempt_id: int
-    experiment_id: str
-    node: PlanNode
-    model: ModelConfig
-    try_number: int
-    budget_s: float
-    max_submissions: int
-    source_skill: str | None
-    sandbox: str
-    sandbox_options: dict[str, Any]
-    work_dir: Path
-
-
-@dataclass
-class AttemptResult:
-    """What an attempt runner returns."""
-
-    state: str  # "finished" | "failed" | "interrupted"
-    final: Feedback | None = None
-    skill: str | None = None
-    final_source: str | None = None
-    submissions_used: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = 0.0
-    agent_seconds: float = 0.0
-    error: str | None = None
-    retryable: bool = True  # False when the runner already spent its own tries
+__all__ = ["AttemptRunner", "Engine", "RunSummary", "outcome_of", "skill_hash", "task_hash"]
 
 
 class AttemptRunner(Protocol):
+    """Runs one try of one attempt (the Terminus-2 runner, the simulated one, a test's)."""
+
     async def __call__(
-        self, job: AttemptJob, backend: GradingBackend, observer: StoreObserver
-    ) -> AttemptResult: ...
+        self, spec: AttemptSpec, backend: GradingBackend, observer: StoreObserver
+    ) -> AttemptOutcome: ...
 
 
 @dataclass
@@ -95,39 +91,6 @@ class RunSummary:
     stale: list[str] = field(default_factory=list)
     comparisons_resolved: int = 0
     interrupted: bool = False
-
-
-def task_hash(node: PlanNode, config: ExperimentConfig) -> str:
-    """Identity of the task variant an attempt ran on (problem file, DSL, budget, contract)."""
-    from problems.registry import get
-
-    problem = get(node.problem_id)
-    h = hashlib.sha256()
-    h.update(problem.path.read_bytes())
-    h.update(f"|{node.dsl}|{config.budget_minutes}|{config.max_submissions}|{CONTRACT_VERSION}"
-             .encode())
-    return h.hexdigest()[:16]
-
-
-def skill_hash(text: str | None) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
-
-
-def outcome_of(final: Feedback | None) -> tuple[str, str | None]:
-    """Attempt outcome and reason from its final evaluation."""
-    if final is None:
-        return "fail", "no_implementation"
-    if final.verdict in ("pass", "preview"):
-        return final.verdict, None
-    return "fail", final.reason or final.verdict
-
-
-def _passed(row: queries.AttemptRow) -> bool:
-    return row.outcome in ("pass", "preview")
-
-
-def arm_result(row: queries.AttemptRow) -> ArmResult:
-    return ArmResult(_passed(row), row.impl_median_ms, row.eager_median_ms)
 
 
 def this_command() -> str:
@@ -159,6 +122,8 @@ class Engine:
         self.runner = runner
         self.backend = backend
         self.bus = bus or EventBus()
+        self.publisher = Publisher(store, self.bus)
+        self.retry = RetryPolicy.from_config(config)
         self.work_root = work_root or Path(store.path).parent / "work" / config.id
         self.rerun_stale = rerun_stale
         self.preview = preview
@@ -170,22 +135,29 @@ class Engine:
         self._stop_requested = asyncio.Event()  # wakes the scheduling loop at once
         self.gate = GradingGate(config.concurrency.grading_slots)
         # the run lock: this engine's token, what the lock row shows, how it is kept fresh
-        self.owner = uuid.uuid4().hex
-        self.command = command if command is not None else this_command()
+        self.claim = RunLockClaim(
+            uuid.uuid4().hex,
+            command if command is not None else this_command(),
+            run_locks.STALE_AFTER_S,
+        )
+        self.owner = self.claim.owner
         self.heartbeat_s = run_locks.HEARTBEAT_S
-        self.stale_after_s = run_locks.STALE_AFTER_S
-        self.taken_over: run_locks.RunLock | None = None  # a dead engine's lock this one took
         self.lock_lost = False  # another engine took the lock: write nothing more
+
+    @property
+    def taken_over(self) -> run_locks.RunLock | None:
+        """A dead engine's lock this one took over, if it did."""
+        return self.claim.taken_over
 
     # -- controls ------------------------------------------------------------------------------
     def pause(self) -> None:
         """Start no new attempts until :meth:`resume` (running ones continue)."""
         self._paused.clear()
-        self.bus.emit("engine_paused", self.config.id)
+        self.publisher.notify(EnginePaused(self.config.id))
 
     def resume(self) -> None:
         self._paused.set()
-        self.bus.emit("engine_resumed", self.config.id)
+        self.publisher.notify(EngineResumed(self.config.id))
 
     def stop(self) -> None:
         """Start nothing new; running attempts are cancelled and recorded as interrupted."""
@@ -193,75 +165,10 @@ class Engine:
         self._paused.set()
         self._stop_requested.set()
 
-    # -- setup ---------------------------------------------------------------------------------
-    def _prepare(self, db: Any) -> dict[str, int]:
-        # first, in the same transaction: a second engine on this experiment stops here
-        self.taken_over = run_locks.acquire(db, self.config.id, self.owner,
-                                            command=self.command,
-                                            stale_after_s=self.stale_after_s)
-        writes.create_experiment(
-            db,
-            self.config.id,
-            self.config.name,
-            config_toml=self.config.source_text,
-            preview=self.preview,
-            grading_backend=self.config.grading,
-        )
-        ids: dict[str, int] = {}
-        for node in self.plan.nodes:
-            ids[node.key] = writes.ensure_attempt(
-                db,
-                self.config.id,
-                node.key,
-                model=node.model,
-                problem_id=node.problem_id,
-                family=node.family,
-                dsl=node.dsl,
-                arm=node.arm,
-                replicate=node.replicate,
-                round=node.round,
-                variant=node.variant,
-                budget_s=self.config.budget_s,
-            )
-        # attempts caught mid-run by a crash or kill -9 are interrupted, never lost
-        writes.interrupt_active(db, self.config.id, STOPPED_WHILE_RUNNING)
-        for spec in self.plan.comparisons:
-            writes.upsert_comparison(db, self.config.id, **self._comparison_key(spec),
-                                     source_attempt_id=ids[spec.source_key],
-                                     baseline_attempt_id=ids[spec.baseline_key],
-                                     treatment_attempt_id=ids[spec.treatment_key])
-        writes.set_experiment_state(db, self.config.id, "running")
-        return ids
-
-    @staticmethod
-    def _comparison_key(spec: ComparisonSpec) -> dict[str, Any]:
-        return {
-            "model": spec.model,
-            "problem_id": spec.problem_id,
-            "family": spec.family,
-            "direction": spec.direction,
-            "replicate": spec.replicate,
-            "round": spec.round,
-            "variant": spec.variant,
-        }
-
-    def _needs_run(self, row: queries.AttemptRow, node: PlanNode, stale: list[str]) -> bool:
-        if row.state == "planned":
-            return True
-        if row.state == "interrupted":
-            return row.tries < self.config.max_tries or self.config.max_tries <= 0
-        if row.state == "failed":
-            return self.config.rerun_failed and row.tries < self.config.max_tries
-        if row.state in ("finished", "skipped"):
-            if row.state == "finished" and row.task_hash and row.task_hash != task_hash(
-                node, self.config
-            ):
-                stale.append(node.key)
-                return self.rerun_stale
-            return False
-        return True
-
     # -- running -------------------------------------------------------------------------------
+    def _prepare(self, db: Any) -> dict[str, int]:
+        return prepare(db, self.config, self.plan, self.claim, preview=self.preview)
+
     async def run(self) -> RunSummary:
         """Run the experiment to its end, holding its run lock throughout.
 
@@ -273,13 +180,17 @@ class Engine:
             self.ids = await self.store.write(self._prepare)
         except BaseException:  # busy, or cancelled while starting: never keep the lock
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.write(
-                    run_locks.release, self.config.id, self.owner))
+                await asyncio.shield(
+                    self.store.write(run_locks.release, self.config.id, self.owner)
+                )
             run_locks.unregister_owner(self.owner)
             raise
-        if self.taken_over is not None:  # a killed engine's lock: say whose run resumes
-            self.bus.emit("run_lock_taken_over", self.config.id, pid=self.taken_over.pid,
-                          host=self.taken_over.host, since=self.taken_over.started_at)
+        if (lock := self.taken_over) is not None:  # a killed engine's lock: whose run resumes
+            self.publisher.notify(
+                RunLockTakenOver(
+                    self.config.id, pid=lock.pid, host=lock.host, since=lock.started_at
+                )
+            )
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"run-lock-{self.config.id}")
         try:
             return await self._run()
@@ -287,8 +198,9 @@ class Engine:
             heartbeat.cancel()
             if not self.lock_lost:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self.store.write(
-                        run_locks.release, self.config.id, self.owner))
+                    await asyncio.shield(
+                        self.store.write(run_locks.release, self.config.id, self.owner)
+                    )
             run_locks.unregister_owner(self.owner)
 
     async def _heartbeat(self) -> None:
@@ -301,115 +213,123 @@ class Engine:
                 continue
             if not held:
                 self.lock_lost = True
-                self.bus.emit("run_lock_lost", self.config.id)
+                self.publisher.notify(RunLockLost(self.config.id))
                 self.stop()
                 return
 
-    async def _run(self) -> RunSummary:
-        self.bus.emit("experiment_started", self.config.id, attempts=len(self.plan.nodes))
-        rows = {r.plan_key: r for r in await self.store.read(
-            queries.attempts_for_experiment, self.config.id)}
-        stale: list[str] = []
-        todo = {n.key for n in self.plan.nodes if self._needs_run(rows[n.key], n, stale)}
+    async def _todo(self) -> Todo:
+        """Which attempts this run starts (and which finished ones are stale)."""
+        rows = {
+            r.plan_key: r
+            for r in await self.store.read(queries.attempts_for_experiment, self.config.id)
+        }
+        todo = Todo()
+        todo.keys = {
+            n.key
+            for n in self.plan.nodes
+            if needs_run(rows[n.key], n, self.config, self.retry, todo, self.rerun_stale)
+        }
         for n in self.plan.nodes:  # a treatment whose attached skill changed is stale too
             row = rows[n.key]
-            if n.key in todo or not n.is_treatment or row.state != "finished":
+            if n.key in todo.keys or not n.is_treatment or row.state != "finished":
                 continue
             if row.skill_hash != skill_hash(await self._source_skill(n)):
-                stale.append(n.key)
+                todo.stale.append(n.key)
                 if self.rerun_stale:
-                    todo.add(n.key)
-        reused = len(self.plan.nodes) - len(todo)
-        if stale:
-            await self.store.write(
-                writes.append_event, "stale_attempts",
-                {"keys": stale, "rerun": self.rerun_stale}, experiment_id=self.config.id,
+                    todo.keys.add(n.key)
+        if todo.stale:
+            await self.publisher.publish(
+                StaleAttempts(self.config.id, keys=todo.stale, rerun=self.rerun_stale)
             )
-        # a stale source makes its treatments stale too
-        changed = True
-        while changed:
-            changed = False
-            for n in self.plan.nodes:
-                if n.key not in todo and n.source_key in todo:
-                    todo.add(n.key)
-                    changed = True
+        close_over_sources(self.plan, todo.keys)
+        return todo
+
+    async def _run(self) -> RunSummary:
+        self.publisher.notify(ExperimentStarted(self.config.id, attempts=len(self.plan.nodes)))
+        todo = await self._todo()
+        reused = len(self.plan.nodes) - len(todo.keys)
         for spec in self.plan.comparisons:
-            await self._update_comparison(spec)
-
-        running: dict[asyncio.Task[str], PlanNode] = {}
-        per_model: dict[str, int] = {}
-        started_order: dict[str, float] = {}
-        ran = skipped = 0
+            await comparisons.update(self.publisher, self.config.id, spec, self.ids)
+        slots = Slots(self.config)
+        counts = {"ran": 0, "skipped": 0}
         interrupted = False
-
-        running_keys: set[str] = set()
-
-        def ready(node: PlanNode) -> bool:
-            src = node.source_key
-            return src is None or (src not in todo and src not in running_keys)
-
-        stop_requested = asyncio.ensure_future(self._stop_requested.wait())
         try:
-            while todo or running:
-                if self._stopping:
-                    break
-                await self._paused.wait()
-                candidates = [
-                    n for n in self.plan.nodes
-                    if n.key in todo and ready(n)
-                    and per_model.get(n.model, 0) < self.config.concurrency.attempts_per_model
-                ]
-                while candidates and len(running) < self.config.concurrency.sandboxes:
-                    # fairness: the model with the fewest running attempts, longest waiting first
-                    candidates.sort(key=lambda n: (per_model.get(n.model, 0),
-                                                   started_order.get(n.model, 0.0)))
-                    node = candidates.pop(0)
-                    todo.discard(node.key)
-                    per_model[node.model] = per_model.get(node.model, 0) + 1
-                    started_order[node.model] = time.monotonic()
-                    task = asyncio.create_task(self._run_node(node), name=node.key)
-                    running[task] = node
-                    running_keys.add(node.key)
-                    candidates = [
-                        n for n in candidates
-                        if per_model.get(n.model, 0) < self.config.concurrency.attempts_per_model
-                    ]
-                if not running:
-                    if todo:  # nothing can start: a dependency never ran (should not happen)
-                        raise RuntimeError(f"unschedulable attempts: {sorted(todo)[:5]}")
-                    break
-                done, _ = await asyncio.wait({*running, stop_requested},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                for task in [t for t in running if t in done]:  # not the stop request
-                    node = running.pop(task)
-                    running_keys.discard(node.key)
-                    per_model[node.model] -= 1
-                    result = task.result()
-                    if result == "skipped":
-                        skipped += 1
-                    else:
-                        ran += 1
+            await self._schedule(todo.keys, slots, counts)
         except asyncio.CancelledError:
             interrupted = True
             raise
         finally:
-            stop_requested.cancel()
-            if running:
-                interrupted = True
-                for task in running:
-                    task.cancel()
-                await self._record_interrupted()
-                await asyncio.gather(*running, return_exceptions=True)
-            state = "stopped" if (interrupted or self._stopping) else "finished"
-            with contextlib.suppress(Exception):
-                if not self.lock_lost:  # else the new holder owns the experiment's state
-                    await self.store.write(writes.set_experiment_state, self.config.id, state)
-            self.bus.emit("experiment_" + state, self.config.id)
+            interrupted = await self._wind_down(slots, interrupted)
         by_state = await self.store.read(queries.attempt_states, self.config.id)
-        resolved = sum(c.resolved for c in await self.store.read(
-            queries.comparisons, self.config.id))
-        return RunSummary(self.config.id, len(self.plan.nodes), by_state, reused, ran, skipped,
-                          stale, resolved, interrupted or self._stopping)
+        resolved = sum(
+            c.resolved for c in await self.store.read(queries.comparisons, self.config.id)
+        )
+        return RunSummary(
+            self.config.id,
+            len(self.plan.nodes),
+            by_state,
+            reused,
+            counts["ran"],
+            counts["skipped"],
+            todo.stale,
+            resolved,
+            interrupted or self._stopping,
+        )
+
+    async def _schedule(self, todo: set[str], slots: Slots, counts: dict[str, int]) -> None:
+        """Start what may start, wait for one to end, repeat until nothing is left."""
+        stop_requested = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            while todo or slots.running:
+                if self._stopping:
+                    break
+                await self._paused.wait()
+                self._start_ready(todo, slots)
+                if not slots.running:
+                    if todo:  # nothing can start: a dependency never ran (should not happen)
+                        raise RuntimeError(f"unschedulable attempts: {sorted(todo)[:5]}")
+                    break
+                done, _ = await asyncio.wait(
+                    {*slots.running, stop_requested}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in [t for t in slots.running if t in done]:  # not the stop request
+                    slots.done(task)
+                    counts["skipped" if task.result() == "skipped" else "ran"] += 1
+        finally:
+            stop_requested.cancel()
+
+    def _start_ready(self, todo: set[str], slots: Slots) -> None:
+        candidates = [
+            n
+            for n in self.plan.nodes
+            if n.key in todo and slots.ready(n, todo) and slots.model_free(n)
+        ]
+        while candidates and len(slots.running) < slots.sandboxes:
+            candidates.sort(key=slots.fairness)
+            node = candidates.pop(0)
+            todo.discard(node.key)
+            slots.start(node, asyncio.create_task(self._run_node(node), name=node.key))
+            candidates = [n for n in candidates if slots.model_free(n)]
+
+    async def _wind_down(self, slots: Slots, interrupted: bool) -> bool:
+        """Cancel what still runs, record it, and set the experiment's final state."""
+        if slots.running:
+            interrupted = True
+            for task in slots.running:
+                task.cancel()
+            await self._record_interrupted()
+            await asyncio.gather(*slots.running, return_exceptions=True)
+        stopped = interrupted or self._stopping
+        state = "stopped" if stopped else "finished"
+        ended = (ExperimentStopped if stopped else ExperimentFinished)(self.config.id)
+        if not self.lock_lost:  # else the new holder owns the experiment's state
+            with contextlib.suppress(Exception):
+                await self.publisher.publish(
+                    ended, writes.set_experiment_state, self.config.id, state
+                )
+                return interrupted
+        self.bus.notify(ended)  # not stored: still tell the live readers the run ended
+        return interrupted
 
     async def _record_interrupted(self) -> None:
         """Shutdown: record the attempts in flight as interrupted at once, before their
@@ -418,9 +338,11 @@ class Engine:
         if self.lock_lost:  # the engine that took over has done so, and may be running them
             return
         with contextlib.suppress(Exception):
-            await asyncio.shield(self.store.write(
-                writes.interrupt_active, self.config.id, STOPPED_WHILE_RUNNING,
-                ended_at=now()))
+            await asyncio.shield(
+                self.store.write(
+                    writes.interrupt_active, self.config.id, STOPPED_WHILE_RUNNING, ended_at=now()
+                )
+            )
 
     async def _source_skill(self, node: PlanNode) -> str | None:
         if node.edited_skill is not None:
@@ -429,165 +351,136 @@ class Engine:
         skill = await self.store.read(queries.latest_skill, self.ids[node.source_key])
         return skill.text if skill else None
 
-    @staticmethod
-    def _edited_skill(db: Any, text: str, source_attempt_id: int) -> int:
-        """The edited skill to attach, with its lineage: it descends from the source
-        attempt's skill (a person's edit saved from the TUI is reused, not copied)."""
-        parent = queries.latest_skill(db, source_attempt_id)
-        return writes.ensure_edited_skill(db, text, parent.id if parent else None)
-
-    async def _run_node(self, node: PlanNode) -> str:
-        attempt_id = self.ids[node.key]
-        experiment_id = self.config.id
-        source_skill: str | None = None
-        if node.is_treatment:
-            source_skill = await self._source_skill(node)
-            if not source_skill or not source_skill.strip():
-                await self.store.write(
-                    writes.update_attempt, attempt_id, "attempt_skipped", state="skipped",
-                    outcome="skipped", reason="blank_or_missing_source_skill",
-                    ended_at=now(),
-                )
-                self.bus.emit("attempt_skipped", experiment_id, attempt_id)
-                await self._comparisons_for(node)
-                return "skipped"
-            current = await self.store.read(queries.attempt, attempt_id)
-            if node.edited_skill is not None:
-                if current is not None and current.attached_skill_id is not None:
-                    skill_id = current.attached_skill_id
-                else:
-                    skill_id = await self.store.write(
-                        self._edited_skill, node.edited_skill, self.ids[node.source_key or ""])
-            else:
-                src = await self.store.read(queries.latest_skill, self.ids[node.source_key or ""])
-                skill_id = src.id if src else None  # type: ignore[assignment]
-            await self.store.write(writes.update_attempt, attempt_id,
-                                   attached_skill_id=skill_id,
-                                   source_attempt_id=self.ids.get(node.source_key or ""))
+    async def _spec(self, node: PlanNode, attempt_id: int) -> AttemptSpec:
+        """The spec of this attempt's next try."""
+        source_skill = await self._source_skill(node) if node.is_treatment else None
         row = await self.store.read(queries.attempt, attempt_id)
         assert row is not None
         try_number = row.tries + 1
-        await self.store.write(
-            writes.update_attempt, attempt_id, "attempt_started", state="running",
-            tries=try_number, started_at=now(), task_hash=task_hash(node, self.config),
-            skill_hash=skill_hash(source_skill), error=None,
-            unsafe_no_jail=int(self.config.unsafe_no_jail),
-        )
-        self.bus.emit("attempt_started", experiment_id, attempt_id, key=node.key)
-        observer = StoreObserver(self.store, self.bus, experiment_id, attempt_id, try_number)
-        backend = RecordingBackend(
-            self.backend, self.store, self.bus, experiment_id=experiment_id,
-            attempt_id=attempt_id, try_number=try_number, max_tries=self._grading_tries(),
-            gate=self.gate,
-        )
-        job = AttemptJob(
-            attempt_id=attempt_id,
-            experiment_id=experiment_id,
-            node=node,
-            model=self.config.model(node.model),
+        return spec_for_node(
+            self.config,
+            node,
+            attempt_id,
             try_number=try_number,
-            budget_s=self.config.budget_s,
-            max_submissions=self.config.max_submissions,
             source_skill=source_skill,
-            sandbox=self.config.sandbox,
-            sandbox_options=self.config.sandbox_options,
             work_dir=self.work_root / f"attempt-{attempt_id}" / f"try-{try_number}",
         )
+
+    async def _run_node(self, node: PlanNode) -> str:
+        attempt_id = self.ids[node.key]
+        spec = await self._spec(node, attempt_id)
+        if (reason := spec.skip_reason()) is not None:
+            await self.publisher.publish(
+                AttemptSkipped(self.config.id, attempt_id, reason=reason),
+                writes.update_attempt,
+                attempt_id,
+                state="skipped",
+                outcome="skipped",
+                reason=reason,
+                ended_at=now(),
+            )
+            await self._comparisons_for(node)
+            return "skipped"
+        if node.is_treatment:
+            await attach_skill(self.store, node, attempt_id, self.ids[node.source_key or ""])
+        await self.publisher.publish(
+            AttemptStarted(self.config.id, attempt_id, key=node.key, try_number=spec.try_number),
+            writes.update_attempt,
+            attempt_id,
+            state="running",
+            tries=spec.try_number,
+            started_at=now(),
+            task_hash=task_hash(node, self.config),
+            skill_hash=skill_hash(spec.source_skill),
+            error=None,
+            unsafe_no_jail=int(self.config.unsafe_no_jail),
+        )
+        outcome = await self._call_runner(spec)
+        await self._record_outcome(node, spec, outcome)
+        return outcome.state
+
+    async def _call_runner(self, spec: AttemptSpec) -> AttemptOutcome:
+        attempt_id = spec.attempt_id
+        observer = StoreObserver(self.publisher, self.config.id, attempt_id, spec.try_number)
+        backend = RecordingBackend(
+            self.backend,
+            self.publisher,
+            experiment_id=self.config.id,
+            attempt_id=attempt_id,
+            try_number=spec.try_number,
+            gate=self.gate,
+        )
         try:
-            result = await self.runner(job, backend, observer)
+            return await self.runner(spec, backend, observer)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 if not self.lock_lost:  # else the engine that took over owns the attempt
-                    await asyncio.shield(self.store.write(
-                        writes.update_attempt, attempt_id, "attempt_interrupted",
-                        state="interrupted", error="cancelled", ended_at=now()))
+                    await asyncio.shield(
+                        self.publisher.publish(
+                            AttemptInterrupted(self.config.id, attempt_id, error="cancelled"),
+                            writes.update_attempt,
+                            attempt_id,
+                            state="interrupted",
+                            error="cancelled",
+                            ended_at=now(),
+                        )
+                    )
             raise
         except Exception as exc:  # noqa: BLE001 - a runner bug must not stop the experiment
-            result = AttemptResult(state="failed", error=f"{type(exc).__name__}: {exc}")
-        await self._record_result(node, attempt_id, result, try_number)
-        return result.state
+            return AttemptOutcome(attempt_id, "failed", error=f"{type(exc).__name__}: {exc}")
 
-    def _grading_tries(self) -> int:
-        """Tries per grading in the recording backend: one when the runner retries itself.
-
-        An attempt runner that retries failed gradings on its own (the Terminus-2 mailbox)
-        sets ``retries_grading``; retrying here too would multiply the tries.
-        """
-        return 1 if getattr(self.runner, "retries_grading", False) else self.config.max_tries
-
-    async def _record_result(
-        self, node: PlanNode, attempt_id: int, result: AttemptResult, try_number: int
+    async def _record_outcome(
+        self, node: PlanNode, spec: AttemptSpec, outcome: AttemptOutcome
     ) -> None:
         if self.lock_lost:  # another engine owns the experiment now
             return
-        state = result.state if result.state in ("finished", "failed", "interrupted") else "failed"
-        if (
-            state == "failed"
-            and result.retryable
-            and self.config.rerun_failed
-            and try_number < self.config.max_tries
-        ):
+        attempt_id = spec.attempt_id
+        state = (
+            outcome.state if outcome.state in ("finished", "failed", "interrupted") else ("failed")
+        )
+        if self.retry.rerun_now(state, retryable=outcome.retryable, try_number=spec.try_number):
             # a transient failure: record it and run the attempt again (an execution retry)
-            await self.store.write(
-                writes.update_attempt, attempt_id, "attempt_retrying", state="interrupted",
-                error=result.error, ended_at=now())
-            self.bus.emit("attempt_retrying", self.config.id, attempt_id, error=result.error)
+            await self.publisher.publish(
+                AttemptRetrying(self.config.id, attempt_id, error=outcome.error),
+                writes.update_attempt,
+                attempt_id,
+                state="interrupted",
+                error=outcome.error,
+                ended_at=now(),
+            )
             await self._run_node(node)
             return
-        outcome, reason = outcome_of(result.final) if state == "finished" else ("fail",
-                                                                               "infrastructure")
-        final = result.final
-
-        def record(db: Any) -> None:
-            if result.skill and result.skill.strip():
-                latest = queries.latest_skill(db, attempt_id)
-                if latest is None or latest.text != result.skill:
-                    writes.add_skill(db, result.skill, attempt_id=attempt_id)
-            writes.update_attempt(
-                db, attempt_id, "attempt_finished",
-                state=state, outcome=outcome, reason=reason,
+        verdict, reason = (
+            outcome_of(outcome.final_feedback)
+            if state == "finished"
+            else ("fail", "infrastructure")
+        )
+        final = outcome.final_feedback
+        await self.publisher.publish(
+            AttemptFinished(
+                self.config.id,
+                attempt_id,
+                state=state,
+                outcome=verdict,
+                reason=reason,
                 speedup=final.speedup if final else None,
-                impl_median_ms=final.impl_median_ms if final else None,
-                eager_median_ms=final.eager_median_ms if final else None,
-                final_source=result.final_source,
-                tokens_in=result.tokens_in, tokens_out=result.tokens_out,
-                cost_usd=result.cost_usd, agent_seconds=result.agent_seconds,
-                error=result.error, ended_at=now(),
-            )
-
-        await self.store.write(record)
-        if outcome == "preview" and not self.preview:
+            ),
+            store_outcome,
+            attempt_id,
+            outcome,
+            state=state,
+            verdict=verdict,
+            reason=reason,
+        )
+        if verdict == "preview" and not self.preview:
             # graded without a GPU: the whole experiment is a PREVIEW, never scored
             self.preview = True
             await self.store.write(writes.mark_experiment_preview, self.config.id)
-        self.bus.emit("attempt_finished", self.config.id, attempt_id, state=state,
-                      outcome=outcome, speedup=final.speedup if final else None)
         await self._comparisons_for(node)
 
     async def _comparisons_for(self, node: PlanNode) -> None:
         for spec in self.plan.comparisons_touching(node.key):
-            await self._update_comparison(spec)
-
-    async def _update_comparison(self, spec: ComparisonSpec) -> None:
-        def compute(db: Any) -> None:
-            src = queries.attempt(db, self.ids[spec.source_key])
-            base = queries.attempt(db, self.ids[spec.baseline_key])
-            treat = queries.attempt(db, self.ids[spec.treatment_key])
-            assert src and base and treat
-            resolved = all(r.state in TERMINAL for r in (src, base, treat))
-            fields: dict[str, Any] = {"resolved": int(resolved),
-                                      "skipped": int(treat.state == "skipped")}
-            if resolved:
-                value = rho(arm_result(base),
-                            None if treat.state == "skipped" else arm_result(treat))
-                fields.update(rho=value, verdict=verdict(value))
-            else:
-                fields.update(rho=None, verdict=None)
-            writes.upsert_comparison(db, self.config.id, **self._comparison_key(spec), **fields)
-
-        await self.store.write(compute)
-        self.bus.emit("comparison_updated", self.config.id, problem_id=spec.problem_id,
-                      direction=spec.direction)
+            await comparisons.update(self.publisher, self.config.id, spec, self.ids)
 
 
 RunnerFactory = Callable[[], Awaitable[AttemptRunner]]

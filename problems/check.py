@@ -32,19 +32,21 @@ than bfloat16 (float32, float16): at bfloat16 output precision, bfloat16 interme
 within the 3-ulp floor of the rule (as in FlashAttention-style kernels) and the mutant is
 reported as not applicable. On discrete-only problems a mutant equal to the reference's output
 is reported as not applicable.
+
+The checks live in :mod:`problems.check_rules` and :mod:`problems.check_mutants`, the draws in
+:mod:`problems.check_draws`, the result types in :mod:`problems.check_report`; this module runs
+them problem by problem and is the command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import fnmatch
 import gc
 import json
-import math
 import statistics
 import sys
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,605 +54,56 @@ from typing import Any
 
 import torch
 
-from problems import mutants
 from problems.check_args import add_arguments
-from problems.compare import (
-    allowance_for,
-    bit_pattern,
-    check_outputs,
-    clone_inputs,
-    is_discrete,
-    leaves,
-    promote,
-    reference_numerics,
+from problems.check_draws import Draw, discrete_indices, run_draw
+from problems.check_isolated import check_in_child
+from problems.check_mutants import MutantTally
+from problems.check_report import (
+    CHECK_NAMES,
+    CheckOptions,
+    CheckResult,
+    ProblemReport,
+    describe_error,
+    format_report,
+    seeds_for,
 )
+from problems.check_rules import (
+    DISCRIMINATION_LIMITS,
+    STABLE_ERROR_FACTOR,
+    LeafStats,
+    check_anchor,
+    check_cost,
+    check_declared_inputs,
+    check_declared_outputs,
+    check_deterministic,
+    check_discrete,
+    check_discriminative,
+    check_dtype_generic,
+    check_stable,
+    discrete_disagreement,
+    exact_copy_outputs,
+    update_stats,
+)
+from problems.compare import clone_inputs, promote, reference_numerics
 from problems.registry import Catalog, load_problem, problem_files
-from problems.spec import Cost, Problem, ProblemFormatError
-
-CHECK_NAMES: tuple[str, ...] = (
-    "declared_inputs",
-    "anchor_float64",
-    "declared_outputs",
-    "discriminative",
-    "mutants",
-    "discrete_agree",
-    "stable_error",
-    "deterministic",
-    "dtype_generic",
-    "cost",
-)
-#: allowance / max|z| must not exceed this, per output dtype.
-DISCRIMINATION_LIMITS: dict[torch.dtype, float] = {
-    torch.bfloat16: 0.05,
-    torch.float16: 0.05,
-    torch.float32: 1e-3,
-}
-#: Largest allowed ratio between the largest and smallest relative reference error
-#: (max|v − z| / max|z|) over the draws, per float output.
-STABLE_ERROR_FACTOR = 10.0
-
-
-@dataclass
-class CheckResult:
-    """One named check of one problem."""
-
-    name: str
-    passed: bool
-    detail: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "detail": self.detail}
-
-
-@dataclass
-class ProblemReport:
-    """All checks of one problem (or the load error that prevented them)."""
-
-    id: str
-    slug: str
-    path: str
-    checks: list[CheckResult] = field(default_factory=list)
-    seconds: float = 0.0
-    error: str | None = None
-    eager_ms: float | None = None
-    anchor_ms: float | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.error is None and all(c.passed for c in self.checks)
-
-    def failures(self) -> list[CheckResult]:
-        return [c for c in self.checks if not c.passed]
-
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": self.id,
-            "slug": self.slug,
-            "passed": self.passed,
-            "checks": [c.as_dict() for c in self.checks],
-            "seconds": round(self.seconds, 3),
-        }
-        if self.error is not None:
-            data["error"] = self.error
-        if self.eager_ms is not None or self.anchor_ms is not None:
-            data["eager_ms"] = self.eager_ms
-            data["anchor_ms"] = self.anchor_ms
-        return data
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """How hard to check: device, scale and number of draws."""
-
-    device: str = "cpu"
-    scale: str = "smoke"
-    draws: int = 3
-    discrete_draws: int | None = None  # default: 20 at smoke scale, 4 at full scale
-    seed: int | None = None  # base seed; default derived from the problem id
-    timing_calls: int = 5
-
-    def discrete_draw_count(self) -> int:
-        if self.discrete_draws is not None:
-            return max(self.discrete_draws, self.draws)
-        return max(20 if self.scale == "smoke" else 4, self.draws)
-
-
-def seeds_for(problem: Problem, count: int, base: int | None = None) -> list[int]:
-    """Reproducible seeds for a problem: derived from its id unless ``base`` is given."""
-    start = base if base is not None else (zlib.crc32(problem.id.encode()) % 1_000_003) * 1009
-    return [start + 7919 * i for i in range(count)]
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:300]
-
-
-# ---------------------------------------------------------------------------------------------
-# one draw: inputs, eager reference v and anchor z
-
-
-@dataclass
-class Draw:
-    seed: int
-    inputs: list[Any]
-    v: Any
-    z: Any
-    v_inputs: list[Any]  # the (cloned) inputs the eager reference ran on, after the call
-
-
-def _run_draw(problem: Problem, seed: int, opts: CheckOptions) -> Draw:
-    inputs = problem.make_inputs(seed, opts.device, opts.scale)
-    v_inputs = clone_inputs(inputs)
-    with reference_numerics():
-        v = problem.reference(*v_inputs)
-        z = problem.reference(*promote(clone_inputs(inputs)))
-    return Draw(seed, inputs, v, z, v_inputs)
-
-
-def _leaf_names(problem: Problem, v: Any) -> list[str]:
-    items = leaves(v)
-    if len(items) == len(problem.outputs):
-        return list(problem.outputs)
-    return [f"output[{i}]" for i in range(len(items))]
-
-
-def _float_indices(v: Any) -> list[int]:
-    return [i for i, x in enumerate(leaves(v)) if mutants.is_float_leaf(x)]
-
-
-def _discrete_indices(v: Any) -> list[int]:
-    return [
-        i for i, x in enumerate(leaves(v)) if isinstance(x, torch.Tensor) and is_discrete(x.dtype)
-    ]
-
-
-def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _tensor_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype.is_floating_point:
-        return bool(torch.equal(bit_pattern(a), bit_pattern(b)))
-    return bool(torch.equal(a, b))
-
-
-def _inputs_equal(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if isinstance(x, torch.Tensor):
-            if x.device != y.device or not _tensor_equal(x, y):
-                return False
-        elif isinstance(x, (list, tuple)):
-            if not _inputs_equal(list(x), list(y)):
-                return False
-        elif type(x) is not type(y) or x != y:
-            return False
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
-# individual checks
-
-
-def _check_declared_inputs(problem: Problem, inputs: Sequence[Any], device: str) -> CheckResult:
-    if len(inputs) != len(problem.inputs):
-        return CheckResult(
-            "declared_inputs",
-            False,
-            f"make_inputs returned {len(inputs)} values for {len(problem.inputs)} INPUTS",
-        )
-    want = torch.device(device)
-    for name, x in zip(problem.inputs, inputs):
-        if isinstance(x, torch.Tensor) and x.device.type != want.type:
-            return CheckResult(
-                "declared_inputs", False, f"input {name!r} is on {x.device}, asked for {want}"
-            )
-    return CheckResult("declared_inputs", True, f"{len(inputs)} inputs on {want.type}")
-
-
-def _check_declared_outputs(problem: Problem, draws: Sequence[Draw]) -> CheckResult:
-    name = "declared_outputs"
-    inplace = problem.inplace_input_indices()
-    for d in draws:
-        v = d.v
-        if len(problem.outputs) == 1:
-            if not isinstance(v, torch.Tensor):
-                return CheckResult(
-                    name, False, f"one declared output but reference returned {type(v).__name__}"
-                )
-            items = [v]
-        else:
-            if not isinstance(v, tuple) or len(v) != len(problem.outputs):
-                got = f"{type(v).__name__}" + (
-                    f" of {len(v)}" if isinstance(v, (tuple, list)) else ""
-                )
-                return CheckResult(
-                    name,
-                    False,
-                    f"expected a tuple of {len(problem.outputs)} outputs "
-                    f"{problem.outputs}, got {got}",
-                )
-            items = list(v)
-            nested = [n for n, x in zip(problem.outputs, items) if isinstance(x, (tuple, list))]
-            if nested:
-                return CheckResult(name, False, f"outputs {nested} are nested containers")
-        for out_i, in_i in inplace.items():
-            out, inp = items[out_i], d.v_inputs[in_i]
-            if not (
-                isinstance(out, torch.Tensor)
-                and isinstance(inp, torch.Tensor)
-                and _same_storage(out, inp)
-            ):
-                return CheckResult(
-                    name,
-                    False,
-                    f"in-place output {problem.outputs[out_i]!r} is not the storage of input "
-                    f"{problem.inputs[in_i]!r}",
-                )
-        declared_inputs = set(inplace.values())
-        for out_i, out in enumerate(items):
-            if not isinstance(out, torch.Tensor) or out_i in inplace:
-                continue
-            for in_i, inp in enumerate(d.v_inputs):
-                if isinstance(inp, torch.Tensor) and _same_storage(out, inp):
-                    return CheckResult(
-                        name,
-                        False,
-                        f"output {problem.outputs[out_i]!r} aliases input "
-                        f"{problem.inputs[in_i]!r} without an INPLACE declaration",
-                    )
-        for in_i, (before, after) in enumerate(zip(d.inputs, d.v_inputs)):
-            if in_i in declared_inputs or not isinstance(before, torch.Tensor):
-                continue
-            if not _tensor_equal(before, after):
-                return CheckResult(
-                    name,
-                    False,
-                    f"reference modified input {problem.inputs[in_i]!r}, "
-                    "which is not declared in INPLACE",
-                )
-    kinds = ", ".join(
-        f"{n}:{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
-        if isinstance(x, torch.Tensor)
-        else f"{n}:{type(x).__name__}"
-        for n, x in zip(problem.outputs, leaves(draws[0].v))
-    )
-    return CheckResult(name, True, kinds)
-
-
-def _exact_copy_outputs(problem: Problem) -> tuple[set[str], str | None]:
-    names = getattr(problem.module, "EXACT_COPY_OUTPUTS", ())
-    if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
-        return set(), "EXACT_COPY_OUTPUTS must be a tuple of output names"
-    unknown = [n for n in names if n not in problem.outputs]
-    if unknown:
-        return set(), f"EXACT_COPY_OUTPUTS names unknown outputs {unknown}"
-    return set(names), None
-
-
-@dataclass
-class LeafStats:
-    """Reference-error statistics of one float output over the draws."""
-
-    name: str
-    dtype: torch.dtype
-    ref_errors: list[float] = field(default_factory=list)
-    max_abs: list[float] = field(default_factory=list)
-    allowances: list[float] = field(default_factory=list)
-    anchor_dtypes: set[torch.dtype] = field(default_factory=set)
-    error: str | None = None
-
-    def relative_errors(self) -> list[float]:
-        return [e / m if m > 0 else math.inf for e, m in zip(self.ref_errors, self.max_abs)]
-
-
-def _update_stats(problem: Problem, stats: dict[int, LeafStats], d: Draw) -> None:
-    """Add one draw's reference error of every float output to ``stats`` (index → stats)."""
-    vl, zl = leaves(d.v), leaves(d.z)
-    if not stats:
-        names = _leaf_names(problem, d.v)
-        stats.update({i: LeafStats(names[i], vl[i].dtype) for i in _float_indices(d.v)})
-    for i, s in stats.items():
-        if i >= len(zl) or not isinstance(zl[i], torch.Tensor) or i >= len(vl):
-            s.error = "anchor output missing or not a tensor"
-            continue
-        s.anchor_dtypes.add(zl[i].dtype)
-        if zl[i].shape != vl[i].shape:
-            s.error = f"anchor shape {tuple(zl[i].shape)} != {tuple(vl[i].shape)}"
-            continue
-        try:
-            allowance, ref_err, max_z = allowance_for(vl[i], zl[i])
-        except ValueError as exc:
-            s.error = str(exc)
-            continue
-        s.ref_errors.append(ref_err)
-        s.max_abs.append(max_z)
-        s.allowances.append(allowance)
-
-
-def _check_anchor(
-    stats: Sequence[LeafStats], exact: set[str], exact_error: str | None
-) -> CheckResult:
-    name = "anchor_float64"
-    if exact_error:
-        return CheckResult(name, False, exact_error)
-    if not stats:
-        return CheckResult(name, True, "no float outputs")
-    details = []
-    for s in stats:
-        if s.error:
-            return CheckResult(name, False, f"{s.name}: {s.error}")
-        if s.anchor_dtypes != {torch.float64}:
-            got = sorted(str(d).removeprefix("torch.") for d in s.anchor_dtypes)
-            return CheckResult(
-                name, False, f"{s.name}: anchor dtype {got}, expected float64 (hard-coded dtype?)"
-            )
-        median = statistics.median(s.ref_errors)
-        if s.name in exact:
-            details.append(f"{s.name}: exact copy")
-        elif not median > 0:
-            return CheckResult(
-                name,
-                False,
-                f"{s.name}: reference error max|v−z| is 0 (median over draws); the anchor does "
-                "not compute in float64, or declare the output in EXACT_COPY_OUTPUTS",
-            )
-        else:
-            details.append(f"{s.name}: max|v−z| {median:.2e}")
-    return CheckResult(name, True, "; ".join(details))
-
-
-def _check_discriminative(stats: Sequence[LeafStats]) -> CheckResult:
-    name = "discriminative"
-    details = []
-    for s in stats:
-        limit = DISCRIMINATION_LIMITS.get(s.dtype)
-        if limit is None or s.error or not s.allowances:
-            continue
-        ratios = [a / m if m > 0 else math.inf for a, m in zip(s.allowances, s.max_abs)]
-        worst = max(ratios)
-        if worst > limit:
-            reason = (
-                "the anchor is all zero"
-                if math.isinf(worst)
-                else f"allowance/max|z| = {worst:.2e} > {limit:g}"
-            )
-            return CheckResult(name, False, f"{s.name}: {reason}")
-        details.append(f"{s.name}: {worst:.1e} ≤ {limit:g}")
-    return CheckResult(name, True, "; ".join(details) or "no float outputs")
-
-
-def _check_stable(stats: Sequence[LeafStats], exact: set[str]) -> CheckResult:
-    name = "stable_error"
-    details = []
-    for s in stats:
-        if s.name in exact or s.error or len(s.ref_errors) < 2:
-            continue
-        rel = s.relative_errors()
-        lo, hi = min(rel), max(rel)
-        if hi == 0:
-            continue  # anchor_float64 reports a zero reference error
-        if lo == 0 or hi / lo > STABLE_ERROR_FACTOR:
-            spread = "∞" if lo == 0 else f"{hi / lo:.1f}×"
-            return CheckResult(
-                name,
-                False,
-                f"{s.name}: relative reference error varies {spread} across draws "
-                f"({lo:.2e} … {hi:.2e}; limit {STABLE_ERROR_FACTOR:g}×)",
-            )
-        details.append(f"{s.name}: {hi / lo:.1f}×")
-    return CheckResult(name, True, "; ".join(details) or "no float outputs with arithmetic")
-
-
-def _check_dtype_generic(draws: Sequence[Draw]) -> CheckResult:
-    name = "dtype_generic"
-    for d in draws:
-        vl, zl = leaves(d.v), leaves(d.z)
-        if type(d.v) is not type(d.z) or len(vl) != len(zl):
-            return CheckResult(name, False, "anchor output structure differs from the reference's")
-        for i, (a, b) in enumerate(zip(vl, zl)):
-            if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
-                return CheckResult(name, False, f"output[{i}]: tensor vs non-tensor")
-            if not isinstance(a, torch.Tensor):
-                continue
-            if a.shape != b.shape or a.device != b.device:
-                return CheckResult(
-                    name,
-                    False,
-                    f"output[{i}]: anchor {tuple(b.shape)} on {b.device}, "
-                    f"reference {tuple(a.shape)} on {a.device}",
-                )
-            float_pair = mutants.is_float_leaf(a) and b.dtype == torch.float64
-            if a.dtype != b.dtype and not float_pair:
-                return CheckResult(
-                    name, False, f"output[{i}]: anchor dtype {b.dtype}, reference {a.dtype}"
-                )
-    return CheckResult(name, True, "anchor structure matches")
-
-
-def _check_deterministic(
-    problem: Problem, seed: int, first: Sequence[Any], opts: CheckOptions
-) -> CheckResult:
-    name = "deterministic"
-    again = problem.make_inputs(seed, opts.device, opts.scale)
-    same = _inputs_equal(first, again)
-    del again
-    if not same:
-        return CheckResult(name, False, f"make_inputs({seed}) gave different inputs twice")
-    other = problem.make_inputs(seed + 1, opts.device, opts.scale)
-    if _inputs_equal(first, other):
-        return CheckResult(name, False, f"make_inputs({seed}) and ({seed + 1}) are identical")
-    return CheckResult(name, True, "same seed → same inputs; new seed → new inputs")
-
-
-def _discrete_disagreement(problem: Problem, d: Draw) -> str | None:
-    """The first discrete output where the reference and the anchor differ, or None."""
-    vl, zl = leaves(d.v), leaves(d.z)
-    names = _leaf_names(problem, d.v)
-    for i in _discrete_indices(d.v):
-        a = vl[i]
-        b = zl[i] if i < len(zl) else None
-        if not isinstance(b, torch.Tensor) or b.dtype != a.dtype or b.shape != a.shape:
-            return f"{names[i]}: anchor is not a {a.dtype} tensor of shape {tuple(a.shape)}"
-        if not _tensor_equal(a, b):
-            diff = (bit_pattern(a) != bit_pattern(b)) if a.dtype.is_floating_point else (a != b)
-            return f"{names[i]}: {int(diff.sum())} elements differ (seed {d.seed})"
-    return None
-
-
-def _check_discrete(
-    problem: Problem,
-    first_failure: str | None,
-    checked: int,
-    discrete_count: int,
-    extra_seeds: Sequence[int],
-    opts: CheckOptions,
-) -> CheckResult:
-    """Finish ``discrete_agree``: the main draws gave ``first_failure``; run the extra draws."""
-    name = "discrete_agree"
-    if not discrete_count:
-        return CheckResult(name, True, "no discrete outputs")
-    if first_failure:
-        return CheckResult(name, False, first_failure)
-    for seed in extra_seeds:
-        d = _run_draw(problem, seed, opts)
-        found = _discrete_disagreement(problem, d)
-        del d
-        if found:
-            return CheckResult(name, False, found)
-        checked += 1
-    return CheckResult(name, True, f"{discrete_count} discrete outputs agree over {checked} draws")
-
-
-def _finer_than_bf16(dtype: torch.dtype) -> bool:
-    return torch.finfo(dtype).eps < torch.finfo(torch.bfloat16).eps
-
-
-class MutantTally:
-    """Runs the mutants draw by draw and remembers which were rejected or accepted."""
-
-    def __init__(self, problem: Problem, exact: set[str]) -> None:
-        self.problem = problem
-        self.exact = exact
-        self.problems_found: list[str] = []
-        self.not_applicable: set[str] = set()
-        self.rejected: set[str] = set()
-        self.accepted: set[str] = set()
-
-    @staticmethod
-    def _verdict(v: Any, z: Any, u: Any) -> tuple[bool, str]:
-        try:
-            ok, structure, results = check_outputs(u, v, z)
-        except ValueError as exc:  # the eager reference overflowed: a generator bug
-            return False, str(exc)
-        if structure:
-            return False, structure
-        return ok, next((r.detail for r in results if not r.passed), "")
-
-    def _must_fail(self, label: str, d: Draw, make: Callable[[], Any], discrete_only: bool) -> None:
-        try:
-            u = make()
-        except Exception as exc:  # noqa: BLE001 - a crashing mutant is a broken problem
-            self.problems_found.append(f"{label} raised {_describe(exc)}")
-            return
-        if u is None or (discrete_only and mutants.outputs_equal(u, d.v)):
-            self.not_applicable.add(label)
-            return
-        ok, _ = self._verdict(d.v, d.z, u)
-        if ok:
-            self.problems_found.append(f"{label} passed but must fail")
-        else:
-            self.rejected.add(label)
-
-    def _must_pass(self, label: str, d: Draw, make: Callable[[], Any]) -> None:
-        try:
-            u = make()
-        except Exception as exc:  # noqa: BLE001
-            self.problems_found.append(f"{label} raised {_describe(exc)}")
-            return
-        ok, reason = self._verdict(d.v, d.z, u)
-        if ok:
-            self.accepted.add(label)
-        else:
-            self.problems_found.append(f"{label} must pass: {reason}")
-
-    def add(self, d: Draw, other_v: Any | None) -> None:
-        """Run every mutant on draw ``d``; ``other_v`` is the reference output of another seed."""
-        problem, inputs = self.problem, d.inputs
-        float_idx = _float_indices(d.v)
-        names = _leaf_names(problem, d.v)
-        discrete_only = not float_idx
-        self._must_pass("reference", d, lambda: d.v)
-        self._must_pass("rounded_anchor", d, lambda: mutants.rounded_anchor(d.z, d.v))
-        reordered = problem.reordered
-        if reordered is not None:
-
-            def run_reordered() -> Any:
-                with reference_numerics():
-                    return reordered(*clone_inputs(inputs))
-
-            self._must_pass("reordered", d, run_reordered)
-        for i in float_idx:
-            self._must_fail(
-                f"zeros[{names[i]}]", d, functools.partial(mutants.zeroed, d.v, i), discrete_only
-            )
-        self._must_fail("echoed_input", d, lambda: mutants.echoed_input(d.v, inputs), discrete_only)
-
-        def run_dropped() -> Any:
-            with reference_numerics():
-                return problem.dropped_term(*clone_inputs(inputs))
-
-        self._must_fail("dropped_term", d, run_dropped, discrete_only)
-        leaf_values = leaves(d.v)
-        bf16_applicable = any(
-            names[i] not in self.exact and _finer_than_bf16(leaf_values[i].dtype) for i in float_idx
-        )
-        if bf16_applicable or discrete_only:
-            self._must_fail(
-                "bf16_accumulation",
-                d,
-                lambda: mutants.bf16_accumulation(problem.reference, inputs, d.v),
-                discrete_only,
-            )
-        else:
-            self.not_applicable.add("bf16_accumulation")
-        if other_v is not None:
-            self._must_fail("other_seed", d, lambda: other_v, discrete_only)
-
-    def result(self) -> CheckResult:
-        name = "mutants"
-        if self.problems_found:
-            unique = list(dict.fromkeys(self.problems_found))
-            return CheckResult(name, False, "; ".join(unique[:4]))
-        detail = (
-            f"rejected: {', '.join(sorted(self.rejected))}; "
-            f"accepted: {', '.join(sorted(self.accepted))}"
-        )
-        not_applicable = self.not_applicable - self.rejected
-        if not_applicable:
-            detail += f"; not applicable: {', '.join(sorted(not_applicable))}"
-        return CheckResult(name, True, detail)
-
-
-def _check_cost(problem: Problem) -> CheckResult:
-    name = "cost"
-    for scale in ("full", "smoke"):
-        c = problem.cost(scale)
-        if not isinstance(c, Cost):
-            return CheckResult(name, False, f"cost({scale}) returned {type(c).__name__}, not Cost")
-        values = [float(x) for x in c.flops.values()]
-        if not (c.bytes > 0 and all(x >= 0 and math.isfinite(x) for x in values)):
-            return CheckResult(name, False, f"cost({scale}) has non-positive bytes or bad flops")
-    full = problem.cost("full")
-    flops = sum(full.flops.values())
-    return CheckResult(name, True, f"full: {flops:.3g} FLOPs, {full.bytes:.3g} bytes")
+from problems.spec import Problem, ProblemFormatError
+
+__all__ = [
+    "CHECK_NAMES",
+    "DISCRIMINATION_LIMITS",
+    "STABLE_ERROR_FACTOR",
+    "CheckOptions",
+    "CheckResult",
+    "ProblemReport",
+    "Selection",
+    "check_problem",
+    "format_report",
+    "main",
+    "run_checks",
+    "run_from_args",
+    "seeds_for",
+    "select",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -689,82 +142,135 @@ def check_problem(problem: Problem, opts: CheckOptions | None = None) -> Problem
     report = ProblemReport(problem.id, problem.slug, str(problem.path))
     seeds = seeds_for(problem, opts.discrete_draw_count(), opts.seed)
     main_seeds, extra_seeds = seeds[: opts.draws], seeds[opts.draws :]
-    checks: list[CheckResult] = []
-    try:
-        checks.append(_check_cost(problem))
-    except Exception as exc:  # noqa: BLE001
-        checks.append(CheckResult("cost", False, f"cost() raised {_describe(exc)}"))
-
-    try:
-        first_inputs = problem.make_inputs(main_seeds[0], opts.device, opts.scale)
-    except Exception as exc:  # noqa: BLE001
-        failed = f"make_inputs raised {_describe(exc)}"
-        checks.extend(CheckResult(n, False, failed) for n in CHECK_NAMES if n != "cost")
+    checks, inputs_ok = _checks_before_draws(problem, main_seeds[0], opts)
+    if not inputs_ok:
         return _finish(report, checks, started)
-    checks.append(_check_declared_inputs(problem, first_inputs, opts.device))
-    try:
-        checks.append(_check_deterministic(problem, main_seeds[0], first_inputs, opts))
-    except Exception as exc:  # noqa: BLE001
-        checks.append(CheckResult("deterministic", False, f"make_inputs raised {_describe(exc)}"))
-    del first_inputs
 
     # Draws are processed one at a time (full-scale workloads are large); each keeps only
     # summaries, and the previous draw's output for the other-seed mutant.
-    exact, exact_error = _exact_copy_outputs(problem)
-    per_draw: dict[str, list[CheckResult]] = {"declared_outputs": [], "dtype_generic": []}
-    stats: dict[int, LeafStats] = {}
-    tally = MutantTally(problem, exact)
-    discrete_failure: str | None = None
-    discrete_count = 0
-    previous_v: Any | None = None
-    timing_inputs: list[Any] | None = None
-    seed = main_seeds[0]
-    try:
-        for seed in main_seeds:
-            d = _run_draw(problem, seed, opts)
-            per_draw["declared_outputs"].append(_check_declared_outputs(problem, [d]))
-            per_draw["dtype_generic"].append(_check_dtype_generic([d]))
-            _update_stats(problem, stats, d)
-            tally.add(d, previous_v)
-            discrete_count = len(_discrete_indices(d.v))
-            discrete_failure = discrete_failure or _discrete_disagreement(problem, d)
-            previous_v = d.v
-            if timing_inputs is None:
-                timing_inputs = d.inputs
-            del d
-    except Exception as exc:  # noqa: BLE001
-        failed = f"reference failed on seed {seed}: {_describe(exc)}"
+    summary = _DrawSummary(problem, *exact_copy_outputs(problem))
+    failure = _run_main_draws(summary, main_seeds, opts)
+    if failure is not None:
         done = {c.name for c in checks}
-        checks.extend(CheckResult(n, False, failed) for n in CHECK_NAMES if n not in done)
+        checks.extend(CheckResult(n, False, failure) for n in CHECK_NAMES if n not in done)
         return _finish(report, checks, started)
-    del previous_v
 
-    for results in per_draw.values():
-        checks.append(next((r for r in results if not r.passed), results[0]))
-    leaf_stats = list(stats.values())
-    checks.append(_check_anchor(leaf_stats, exact, exact_error))
-    checks.append(_check_discriminative(leaf_stats))
-    checks.append(_check_stable(leaf_stats, exact))
-    checks.append(tally.result())
+    checks.extend(summary.results())
     try:
         checks.append(
-            _check_discrete(
-                problem, discrete_failure, len(main_seeds), discrete_count, extra_seeds, opts
+            check_discrete(
+                problem,
+                summary.discrete_failure,
+                len(main_seeds),
+                summary.discrete_count,
+                extra_seeds,
+                opts,
             )
         )
     except Exception as exc:  # noqa: BLE001
-        checks.append(CheckResult("discrete_agree", False, f"raised {_describe(exc)}"))
+        checks.append(CheckResult("discrete_agree", False, f"raised {describe_error(exc)}"))
 
+    timing_inputs = summary.timing_inputs
     if opts.device.startswith("cuda") and torch.cuda.is_available() and timing_inputs:
         try:
             report.eager_ms = _time_calls(problem, timing_inputs, opts.timing_calls, anchor=False)
             report.anchor_ms = _time_calls(problem, timing_inputs, 1, anchor=True)
         except Exception as exc:  # noqa: BLE001
-            checks.append(CheckResult("timing", False, f"raised {_describe(exc)}"))
+            checks.append(CheckResult("timing", False, f"raised {describe_error(exc)}"))
     return _finish(report, checks, started)
 
 
+def _checks_before_draws(
+    problem: Problem, seed: int, opts: CheckOptions
+) -> tuple[list[CheckResult], bool]:
+    """``cost``, ``declared_inputs`` and ``deterministic`` on the first seed's inputs.
+
+    The flag is False when ``make_inputs`` raised: every other check then fails with that."""
+    checks: list[CheckResult] = []
+    try:
+        checks.append(check_cost(problem))
+    except Exception as exc:  # noqa: BLE001
+        checks.append(CheckResult("cost", False, f"cost() raised {describe_error(exc)}"))
+
+    try:
+        first_inputs = problem.make_inputs(seed, opts.device, opts.scale)
+    except Exception as exc:  # noqa: BLE001
+        failed = f"make_inputs raised {describe_error(exc)}"
+        checks.extend(CheckResult(n, False, failed) for n in CHECK_NAMES if n != "cost")
+        return checks, False
+    checks.append(check_declared_inputs(problem, first_inputs, opts.device))
+    try:
+        checks.append(check_deterministic(problem, seed, first_inputs, opts))
+    except Exception as exc:  # noqa: BLE001
+        message = f"make_inputs raised {describe_error(exc)}"
+        checks.append(CheckResult("deterministic", False, message))
+    del first_inputs
+    return checks, True
+
+
+@dataclass
+class _DrawSummary:
+    """What the main draws leave behind: per-draw results, reference-error statistics,
+    mutant verdicts, the discrete outputs' first disagreement and the inputs to time."""
+
+    problem: Problem
+    exact: set[str]
+    exact_error: str | None
+    per_draw: dict[str, list[CheckResult]] = field(
+        default_factory=lambda: {"declared_outputs": [], "dtype_generic": []}
+    )
+    stats: dict[int, LeafStats] = field(default_factory=dict)
+    tally: MutantTally = field(init=False)
+    discrete_failure: str | None = None
+    discrete_count: int = 0
+    previous_v: Any | None = None  # the last draw's output, for the other-seed mutant
+    timing_inputs: list[Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.tally = MutantTally(self.problem, self.exact)
+
+    def add(self, d: Draw) -> None:
+        """Check one draw and keep only its summaries."""
+        self.per_draw["declared_outputs"].append(check_declared_outputs(self.problem, [d]))
+        self.per_draw["dtype_generic"].append(check_dtype_generic([d]))
+        update_stats(self.problem, self.stats, d)
+        self.tally.add(d, self.previous_v)
+        self.discrete_count = len(discrete_indices(d.v))
+        self.discrete_failure = self.discrete_failure or discrete_disagreement(self.problem, d)
+        self.previous_v = d.v
+        if self.timing_inputs is None:
+            self.timing_inputs = d.inputs
+
+    def results(self) -> list[CheckResult]:
+        """The checks decided by the main draws (the worst draw for per-draw checks)."""
+        checks = [
+            next((r for r in results if not r.passed), results[0])
+            for results in self.per_draw.values()
+        ]
+        leaf_stats = list(self.stats.values())
+        checks.append(check_anchor(leaf_stats, self.exact, self.exact_error))
+        checks.append(check_discriminative(leaf_stats))
+        checks.append(check_stable(leaf_stats, self.exact))
+        checks.append(self.tally.result())
+        return checks
+
+
+def _run_main_draws(summary: _DrawSummary, seeds: Sequence[int], opts: CheckOptions) -> str | None:
+    """Run and check the draws one at a time; the failure, when the reference raised."""
+    seed = seeds[0]
+    try:
+        for seed in seeds:
+            d = run_draw(summary.problem, seed, opts)
+            summary.add(d)
+            del d
+    except Exception as exc:  # noqa: BLE001
+        return f"reference failed on seed {seed}: {describe_error(exc)}"
+    summary.previous_v = None
+    return None
+
+
 def _finish(report: ProblemReport, checks: list[CheckResult], started: float) -> ProblemReport:
+    """Put the checks in :data:`CHECK_NAMES` order and stamp the time taken."""
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
     report.checks = sorted(checks, key=lambda c: order.get(c.name, len(order)))
     report.seconds = time.perf_counter() - started
@@ -777,6 +283,8 @@ def _finish(report: ProblemReport, checks: list[CheckResult], started: float) ->
 
 @dataclass
 class Selection:
+    """The problems to check, and a failing report for each file that did not load."""
+
     problems: list[Problem]
     load_errors: list[ProblemReport]
 
@@ -792,8 +300,6 @@ def select(keys: Sequence[str] = (), family: str | None = None) -> Selection:
 
     Raises :class:`KeyError` for a key that names no problem and no broken file.
     """
-    import fnmatch
-
     loaded: list[Problem] = []
     errors: list[ProblemReport] = []
     path_keys = [k for k in keys if k.endswith(".py")]
@@ -845,18 +351,20 @@ def run_checks(
     selection: Selection,
     opts: CheckOptions,
     progress: Callable[[ProblemReport], None] | None = None,
+    isolate: bool = False,
 ) -> list[ProblemReport]:
-    """Check every selected problem; load errors come first, then problems in id order."""
+    """Check every selected problem; load errors come first, then problems in id order.
+    With ``isolate`` each problem runs in a child process of its own."""
     reports = list(selection.load_errors)
     for report in reports:
         if progress:
             progress(report)
     for problem in sorted(selection.problems, key=lambda p: p.number):
         try:
-            report = check_problem(problem, opts)
+            report = check_in_child(problem, opts) if isolate else check_problem(problem, opts)
         except Exception as exc:  # noqa: BLE001 - one broken problem must not stop the rest
             report = ProblemReport(
-                problem.id, problem.slug, str(problem.path), error=_describe(exc)
+                problem.id, problem.slug, str(problem.path), error=describe_error(exc)
             )
         reports.append(report)
         if progress:
@@ -867,22 +375,6 @@ def run_checks(
         if opts.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.empty_cache()
     return reports
-
-
-def format_report(report: ProblemReport) -> str:
-    """One line per problem, then one indented line per failing check."""
-    status = "PASS" if report.passed else "FAIL"
-    line = f"{report.id:<4} {status}  {report.slug:<60} {report.seconds:6.2f}s"
-    if report.eager_ms is not None:
-        line += f"  eager {report.eager_ms:.3f} ms"
-    if report.anchor_ms is not None:
-        line += f"  anchor {report.anchor_ms:.3f} ms"
-    lines = [line]
-    if report.error:
-        lines.append(f"       load: {report.error}")
-    for c in report.failures():
-        lines.append(f"       {c.name}: {c.detail}")
-    return "\n".join(lines)
 
 
 def options_from_args(args: argparse.Namespace) -> CheckOptions:
@@ -910,7 +402,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         if not args.json:
             print(format_report(report), flush=True)
 
-    reports = run_checks(selection, opts, progress)
+    # on a GPU each problem gets a fresh process (memory left by one cannot starve the next)
+    isolate = opts.device.startswith("cuda") and not args.in_process
+    reports = run_checks(selection, opts, progress, isolate=isolate and len(selection.problems) > 1)
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
     else:

@@ -17,3 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=None, help="base seed (default: per id)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="on cuda, check every problem in this process (default: one child per problem)",
+    )

@@ -64,6 +64,20 @@ def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
     return [clone(v) for v in inputs]
 
 
+def promoted_copies(inputs: Sequence[Any]) -> list[Any]:
+    """``promote(clone_inputs(inputs))`` without the intermediate clone of float tensors:
+    a float32/16/bf16 tensor is copied once, straight to float64; others are cloned."""
+
+    def copy(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.double() if v.dtype in ANCHOR_DTYPES else v.clone()
+        if isinstance(v, (list, tuple)):
+            return type(v)(copy(x) for x in v)
+        return v
+
+    return [copy(v) for v in inputs]
+
+
 @contextlib.contextmanager
 def reference_numerics() -> Iterator[None]:
     """TF32 off, reduced-precision reductions off, highest fp32 matmul precision, fp32 default."""

@@ -17,9 +17,10 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.widget import Widget
 
+from engine.events import Area, area_of
+
 T = TypeVar("T")
 
-ATTEMPT_KINDS_PREFIXES = ("attempt", "step_", "submission_", "grading_", "skill_")
 
 
 @dataclass(frozen=True)
@@ -32,21 +33,23 @@ class Changes:
 
     @property
     def attempts(self) -> bool:
-        return self.everything or bool(self.attempt_ids) or any(
-            k.startswith(ATTEMPT_KINDS_PREFIXES) for k in self.kinds
-        )
+        return self.everything or bool(self.attempt_ids) or self._any(Area.ATTEMPTS)
 
     @property
     def comparisons(self) -> bool:
-        return self.everything or "comparison_updated" in self.kinds
+        return self.everything or self._any(Area.COMPARISONS)
 
     @property
     def labels(self) -> bool:
-        return self.everything or "label_added" in self.kinds
+        return self.everything or self._any(Area.LABELS)
 
     @property
     def experiments(self) -> bool:
-        return self.everything or any(k.startswith("experiment") for k in self.kinds)
+        return self.everything or self._any(Area.EXPERIMENTS)
+
+    def _any(self, area: Area) -> bool:
+        """Whether an event of the batch changes ``area`` (by its kind, per the catalogue)."""
+        return any(area_of(k) is area for k in self.kinds)
 
     def touches(self, attempt_id: int) -> bool:
         return self.everything or attempt_id in self.attempt_ids

@@ -177,6 +177,29 @@ def draw_lines(draws: Sequence[dict[str, Any]]) -> list[Text]:
     return lines
 
 
+def _us(value: Any) -> str:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return f"{float(value) * 1e3:.1f}" if ok else "-"
+
+
+def breakdown_text(fb: dict[str, Any]) -> Text | None:
+    """Host / device / end-to-end time per call for the submission and eager (the runners'
+    own figures under ``clock.breakdown``: informational, never scored)."""
+    clock = fb.get("clock")
+    split = clock.get("breakdown") if isinstance(clock, dict) else None
+    if not isinstance(split, dict):
+        return None
+    keys = ("host_ms", "device_ms", "e2e_ms")
+    parts = [f"{side} " + " / ".join(_us(figures.get(k)) for k in keys)
+             for side in ("submission", "eager")
+             if isinstance(figures := split.get(side), dict)]
+    if not parts:
+        return None
+    text = Text("  host / device / e2e µs: " + " · ".join(parts))
+    text.append("  (runner's figures, not scored)", style="dim")
+    return text
+
+
 def submission_renderable(sub: SubmissionRow) -> Group:
     """A submission's feedback: import, correctness, timing, speedup and reason codes."""
     fb = sub.feedback or {}
@@ -220,6 +243,9 @@ def submission_renderable(sub: SubmissionRow) -> Group:
         extras.append(f"device {fb['device']}")
     if extras:
         lines.append(Text("  " + " · ".join(extras)))
+    split = breakdown_text(fb)
+    if split is not None:
+        lines.append(split)
     for flag in fb.get("flags") or []:
         lines.append(Text(f"  flag {flag}", style="bold red"))
     timings = fb.get("timings_s") or {}

@@ -36,6 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_arguments(p_check)
     p_check.set_defaults(func=check_handler)
 
+    p_compare = sub.add_parser(
+        "compare", help="compare our references with a local checkout of upstream MetaKernelBench"
+    )
+    from problems.fidelity_args import add_compare_arguments
+
+    add_compare_arguments(p_compare)
+    p_compare.set_defaults(func=compare_handler)
+
 
 def _help(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
@@ -168,4 +176,13 @@ def check_handler(args: argparse.Namespace) -> int:
     try:
         return run_from_args(args)
     except (KeyError, ValueError) as exc:
+        raise UsageError(str(exc.args[0] if exc.args else exc)) from None
+
+
+def compare_handler(args: argparse.Namespace) -> int:
+    from problems.fidelity_cli import run_compare
+
+    try:
+        return run_compare(args)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
         raise UsageError(str(exc.args[0] if exc.args else exc)) from None

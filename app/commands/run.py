@@ -107,7 +107,7 @@ def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
 def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -> int:
     from app.errors import UsageError
     from app.progress import JsonEventStream, ProgressDisplay
-    from engine.events import EventBus
+    from engine.events import EventBus, FleetStatus
     from engine.factory import make_backend, make_runner
     from engine.scheduler import Engine
     from storage.run_locks import ExperimentBusyError
@@ -125,7 +125,7 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
             from engine.grading.fleet import FleetMonitor
 
             def publish(snapshot: Any) -> None:  # queue depth and GPU utilisation
-                bus.emit("fleet_status", config.id, **snapshot.to_dict())
+                bus.notify(FleetStatus(config.id, **snapshot.to_dict()))
 
             monitor = FleetMonitor(backend, 5.0, publish)  # type: ignore[arg-type]
             monitor.start()

@@ -8,18 +8,20 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from engine.analysis.outcomes import DIRECTIONS, Outcome
+from engine.analysis.outcomes import DIRECTIONS, ScoredAttempt
 from engine.analysis.paired import TIER_NAMES, ArmResult, rho, tier, verdict
 
 LADDER = (0.0, 0.5, 1.0, 2.0, 4.0)
 STANDINGS = ("below", "at", "above")
 
 
-def _arm(o: Outcome | None) -> ArmResult | None:
+def _arm(o: ScoredAttempt | None) -> ArmResult | None:
     return None if o is None else ArmResult(o.passed, o.runtime_ms, o.ref_runtime_ms)
 
 
-def apply_exclusion(rows: Iterable[Outcome], fail_flags: Sequence[str]) -> list[Outcome]:
+def apply_exclusion(
+    rows: Iterable[ScoredAttempt], fail_flags: Sequence[str]
+) -> list[ScoredAttempt]:
     """Score attempts carrying any of ``fail_flags`` as non-passing (e.g. a static check)."""
     bad = set(fail_flags)
     if not bad:
@@ -44,7 +46,7 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def _summarise(model: str, dsl: str, items: Sequence[Outcome]) -> SoloMetrics:
+def _summarise(model: str, dsl: str, items: Sequence[ScoredAttempt]) -> SoloMetrics:
     """Pass rate, GM speedup of passing attempts, R(2) and median %SOL of one group."""
     speeds = [s for s in (r.speedup for r in items) if s is not None]
     passing = sum(r.passed for r in items)
@@ -61,17 +63,17 @@ def _summarise(model: str, dsl: str, items: Sequence[Outcome]) -> SoloMetrics:
     )
 
 
-def solo_metrics(rows: Iterable[Outcome]) -> list[SoloMetrics]:
-    groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+def solo_metrics(rows: Iterable[ScoredAttempt]) -> list[SoloMetrics]:
+    groups: dict[tuple[str, str], list[ScoredAttempt]] = defaultdict(list)
     for r in rows:
         if r.arm == "solo":
             groups[(r.model, r.dsl)].append(r)
     return [_summarise(model, dsl, items) for (model, dsl), items in sorted(groups.items())]
 
 
-def arm_metrics(rows: Iterable[Outcome]) -> list[dict[str, object]]:
+def arm_metrics(rows: Iterable[ScoredAttempt]) -> list[dict[str, object]]:
     """Pass rate and speedups per model × arm (solo, skill) × DSL (the target, for skill)."""
-    groups: dict[tuple[str, str, str], list[Outcome]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[ScoredAttempt]] = defaultdict(list)
     for r in rows:
         groups[(r.model, r.arm, r.dsl)].append(r)
     out: list[dict[str, object]] = []
@@ -101,9 +103,9 @@ class Comparison:
     family: str
     direction: str
     replicate: int
-    source: Outcome
-    baseline: Outcome
-    treatment: Outcome | None  # None: skipped (blank or missing source skill)
+    source: ScoredAttempt
+    baseline: ScoredAttempt
+    treatment: ScoredAttempt | None  # None: skipped (blank or missing source skill)
     rho: float
 
     @property
@@ -135,9 +137,9 @@ class Comparison:
         return "below" if d < 0 else "above" if d > 0 else "at"
 
 
-def comparisons(rows: Iterable[Outcome]) -> list[Comparison]:
+def comparisons(rows: Iterable[ScoredAttempt]) -> list[Comparison]:
     """Every resolved comparison: source and baseline present, treatment present or skipped."""
-    index: dict[tuple[str, str, int, str, str], Outcome] = {}
+    index: dict[tuple[str, str, int, str, str], ScoredAttempt] = {}
     for r in rows:
         index[(r.model, r.problem, r.replicate, r.arm, r.dsl)] = r
     out: list[Comparison] = []
@@ -292,7 +294,7 @@ def reverse_given_helped(comps: Sequence[Comparison]) -> list[dict[str, object]]
 
 
 # -- rate ladder (the public harness's views) -------------------------------------------------
-def _ladder(arms: Sequence[Outcome | None]) -> dict[str, float | None]:
+def _ladder(arms: Sequence[ScoredAttempt | None]) -> dict[str, float | None]:
     n = len(arms)
     out: dict[str, float | None] = {}
     for t in LADDER:
@@ -334,7 +336,7 @@ def rate_ladder(comps: Sequence[Comparison]) -> list[dict[str, object]]:
     return out
 
 
-def coverage(rows: Sequence[Outcome], comps: Sequence[Comparison]) -> dict[str, object]:
+def coverage(rows: Sequence[ScoredAttempt], comps: Sequence[Comparison]) -> dict[str, object]:
     solos = [r for r in rows if r.arm == "solo"]
     with_skill = [r for r in solos if not r.skill_blank]
     return {
@@ -346,8 +348,8 @@ def coverage(rows: Sequence[Outcome], comps: Sequence[Comparison]) -> dict[str, 
     }
 
 
-def usage(rows: Sequence[Outcome]) -> list[dict[str, object]]:
-    groups: dict[str, list[Outcome]] = defaultdict(list)
+def usage(rows: Sequence[ScoredAttempt]) -> list[dict[str, object]]:
+    groups: dict[str, list[ScoredAttempt]] = defaultdict(list)
     for r in rows:
         groups[f"{r.arm}_{r.dsl}"].append(r)
     return [{"arm": arm, "attempts": len(g), "tokens": sum(r.tokens for r in g),

@@ -33,7 +33,9 @@ class OutcomeError(ValueError):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ScoredAttempt:
+    """One attempt as the analysis sees it: its arm, verdict, times and usage."""
+
     model: str
     problem: str
     family: str
@@ -66,7 +68,7 @@ class Outcome:
 
 @dataclass
 class OutcomeSet:
-    rows: list[Outcome] = field(default_factory=list)
+    rows: list[ScoredAttempt] = field(default_factory=list)
     preview: bool = False  # computed from CPU preview verdicts: label every table PREVIEW
     experiment_id: str | None = None  # set when read from the store
     experiment_name: str | None = None
@@ -82,8 +84,8 @@ def _number(value: Any, where: str, key: str, *, allow_none: bool = True) -> flo
     return float(value)
 
 
-def parse_row(data: Any, where: str) -> Outcome:
-    """Validate one JSON object into an :class:`Outcome`."""
+def parse_row(data: Any, where: str) -> ScoredAttempt:
+    """Validate one JSON object into an :class:`ScoredAttempt`."""
     if not isinstance(data, dict):
         raise OutcomeError(f"{where}: expected a JSON object")
     for key in ("model", "problem", "dsl", "arm", "replicate", "passed"):
@@ -111,7 +113,7 @@ def parse_row(data: Any, where: str) -> Outcome:
     flags = data.get("flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise OutcomeError(f"{where}: flags must be a list of strings")
-    return Outcome(
+    return ScoredAttempt(
         model=data["model"],
         problem=data["problem"],
         family=str(data.get("family") or "unknown"),
@@ -133,7 +135,7 @@ def parse_row(data: Any, where: str) -> Outcome:
 def load_jsonl(path: str | Path) -> OutcomeSet:
     """Read an outcomes file; a malformed line raises :class:`OutcomeError` naming it."""
     p = Path(path)
-    rows: list[Outcome] = []
+    rows: list[ScoredAttempt] = []
     seen: set[tuple[str, str, str, str, int]] = set()
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
@@ -168,7 +170,7 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
     exp = queries.experiment(db, experiment_id)
     if exp is None:
         raise OutcomeError(f"no experiment {experiment_id!r} in the database")
-    rows: list[Outcome] = []
+    rows: list[ScoredAttempt] = []
     finals = queries.final_feedback(db, experiment_id)
     for a in queries.attempts_for_experiment(db, experiment_id):
         if a.variant or a.round > 1 or a.state not in ("finished", "failed"):
@@ -179,7 +181,7 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
         solo = a.arm.startswith("solo")
         skill = queries.latest_skill(db, a.id)
         blank = skill is None or not skill.text.strip()
-        rows.append(Outcome(
+        rows.append(ScoredAttempt(
             model=a.model,
             problem=a.problem_id,
             family=a.family or "unknown",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from engine.analysis.outcomes import Outcome, OutcomeSet
+from engine.analysis.outcomes import OutcomeSet, ScoredAttempt
 
 FAMILIES = ("Attention", "KV Cache", "MLP & Norm", "MoE", "Quantization", "Linear Attention")
 
@@ -12,7 +12,7 @@ FAMILIES = ("Attention", "KV Cache", "MLP & Norm", "MoE", "Quantization", "Linea
 def synthetic(models: int = 6, problems: int = 74, replicates: int = 1,
               seed: int = 0) -> OutcomeSet:
     rng = random.Random(seed)
-    rows: list[Outcome] = []
+    rows: list[ScoredAttempt] = []
     for m in range(models):
         for p in range(problems):
             family = FAMILIES[p % len(FAMILIES)]
@@ -21,7 +21,7 @@ def synthetic(models: int = 6, problems: int = 74, replicates: int = 1,
                     for dsl in ("cute", "tirx"):
                         passed = rng.random() < 0.75
                         runtime = 10 ** rng.uniform(-2, 1) if passed else None
-                        rows.append(Outcome(
+                        rows.append(ScoredAttempt(
                             model=f"model-{m}", problem=f"p{p + 1:02d}", family=family,
                             dsl=dsl, arm=arm, replicate=rep, passed=passed, runtime_ms=runtime,
                             ref_runtime_ms=10 ** rng.uniform(-1, 1),

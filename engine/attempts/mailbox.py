@@ -22,7 +22,9 @@ from harbor.environments.base import BaseEnvironment
 
 from engine.attempts.feedback_text import agent_ok, format_feedback
 from engine.attempts.observer import AttemptObserver
-from engine.grading.api import MAX_SOURCE_BYTES, Feedback, GradeRequest, GradingBackend
+from engine.attempts.spec import AttemptId
+from engine.grading.api import MAX_SOURCE_BYTES, GradeRequest, GradingBackend
+from engine.retry import RetryPolicy
 from engine.tasks.instruction import SKILL_FILE, SOLUTION_FILE, WORKDIR
 from engine.tasks.submit_script import INBOX, MAILBOX, OUTBOX, REJECTED, TAKEN
 
@@ -39,38 +41,6 @@ class Collected:
     source_problem: str | None = None  # why the source could not be used, if so
 
 
-async def grade_with_retries(
-    backend: GradingBackend, request: GradeRequest, tries: int, on_retry: EventSink
-) -> Feedback:
-    """Grade, retrying infrastructure errors (verdict "error" or an exception) up to ``tries``."""
-    feedback = Feedback(verdict="error", reason="infra.not_run", request_id=request.request_id)
-    for attempt in range(1, tries + 1):
-        try:
-            feedback = await backend.grade(request)
-        except Exception as exc:  # noqa: BLE001 - a backend failure is an infrastructure error
-            feedback = Feedback(
-                verdict="error",
-                reason="infra.exception",
-                message=f"{type(exc).__name__}: {exc}",
-                request_id=request.request_id,
-                problem_id=request.problem_id,
-                dsl=request.dsl,
-            )
-        if feedback.verdict != "error":
-            return feedback
-        if attempt < tries:
-            await on_retry(
-                {
-                    "kind": "grading_retry",
-                    "purpose": request.purpose,
-                    "request_id": request.request_id,
-                    "try": attempt,
-                    "message": feedback.message or feedback.reason or "",
-                }
-            )
-    return feedback
-
-
 class Mailbox:
     """Serves one sandbox's submissions for one try of an attempt."""
 
@@ -78,7 +48,7 @@ class Mailbox:
         self,
         env: BaseEnvironment,
         *,
-        attempt_id: str,
+        attempt_id: AttemptId,
         problem_id: str,
         dsl: str,
         backend: GradingBackend,
@@ -86,7 +56,7 @@ class Mailbox:
         emit: EventSink,
         max_submissions: int,
         grading_device: str = "auto",
-        grading_tries: int = 3,
+        retry: RetryPolicy | None = None,
         poll_interval_s: float = 0.5,
     ) -> None:
         self.env = env
@@ -98,7 +68,7 @@ class Mailbox:
         self.emit = emit
         self.max_submissions = max_submissions
         self.grading_device = grading_device
-        self.grading_tries = grading_tries
+        self.retry = retry or RetryPolicy()  # graders' infrastructure errors are tried again
         self.poll_interval_s = poll_interval_s
         self.used = 0
         self.seen: set[str] = set()
@@ -258,9 +228,7 @@ class Mailbox:
             purpose="submission",
         )
         try:
-            feedback = await grade_with_retries(
-                self.backend, request, self.grading_tries, self.emit
-            )
+            feedback = await self.retry.grade(self.backend, request, self.emit)
         except asyncio.CancelledError:
             await self.emit(
                 {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.attempts.spec import AttemptId
 from engine.grading.api import Feedback
 
 
@@ -16,52 +17,56 @@ class AttemptObserver(Protocol):
     lifecycle or fault record: ``{"kind": ..., "try": n, "message": ..., ...}``.
     """
 
-    async def step_recorded(self, attempt_id: str, step: dict[str, Any]) -> None: ...
+    async def step_recorded(self, attempt_id: AttemptId, step: dict[str, Any]) -> None: ...
 
-    async def submission_received(self, attempt_id: str, n: int, source: str) -> None: ...
+    async def submission_received(self, attempt_id: AttemptId, n: int, source: str) -> None: ...
 
-    async def submission_rejected(self, attempt_id: str, reason: str, detail: str) -> None: ...
+    async def submission_rejected(
+        self, attempt_id: AttemptId, reason: str, detail: str
+    ) -> None: ...
 
-    async def feedback_returned(self, attempt_id: str, n: int, feedback: Feedback) -> None: ...
+    async def feedback_returned(
+        self, attempt_id: AttemptId, n: int, feedback: Feedback
+    ) -> None: ...
 
-    async def skill_updated(self, attempt_id: str, text: str) -> None: ...
+    async def skill_updated(self, attempt_id: AttemptId, text: str) -> None: ...
 
-    async def event(self, attempt_id: str, event: dict[str, Any]) -> None: ...
+    async def event(self, attempt_id: AttemptId, event: dict[str, Any]) -> None: ...
 
-    async def attempt_finished(self, attempt_id: str, outcome: Any) -> None: ...
+    async def attempt_finished(self, attempt_id: AttemptId, outcome: Any) -> None: ...
 
 
 @dataclass
 class MemoryObserver:
     """Keeps every event in lists; good for tests and debugging."""
 
-    steps: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    submissions: list[tuple[str, int, str]] = field(default_factory=list)
-    rejections: list[tuple[str, str, str]] = field(default_factory=list)
-    feedback: list[tuple[str, int, Feedback]] = field(default_factory=list)
-    skills: list[tuple[str, str]] = field(default_factory=list)
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    outcomes: list[tuple[str, Any]] = field(default_factory=list)
+    steps: list[tuple[AttemptId, dict[str, Any]]] = field(default_factory=list)
+    submissions: list[tuple[AttemptId, int, str]] = field(default_factory=list)
+    rejections: list[tuple[AttemptId, str, str]] = field(default_factory=list)
+    feedback: list[tuple[AttemptId, int, Feedback]] = field(default_factory=list)
+    skills: list[tuple[AttemptId, str]] = field(default_factory=list)
+    events: list[tuple[AttemptId, dict[str, Any]]] = field(default_factory=list)
+    outcomes: list[tuple[AttemptId, Any]] = field(default_factory=list)
 
-    async def step_recorded(self, attempt_id: str, step: dict[str, Any]) -> None:
+    async def step_recorded(self, attempt_id: AttemptId, step: dict[str, Any]) -> None:
         self.steps.append((attempt_id, step))
 
-    async def submission_received(self, attempt_id: str, n: int, source: str) -> None:
+    async def submission_received(self, attempt_id: AttemptId, n: int, source: str) -> None:
         self.submissions.append((attempt_id, n, source))
 
-    async def submission_rejected(self, attempt_id: str, reason: str, detail: str) -> None:
+    async def submission_rejected(self, attempt_id: AttemptId, reason: str, detail: str) -> None:
         self.rejections.append((attempt_id, reason, detail))
 
-    async def feedback_returned(self, attempt_id: str, n: int, feedback: Feedback) -> None:
+    async def feedback_returned(self, attempt_id: AttemptId, n: int, feedback: Feedback) -> None:
         self.feedback.append((attempt_id, n, feedback))
 
-    async def skill_updated(self, attempt_id: str, text: str) -> None:
+    async def skill_updated(self, attempt_id: AttemptId, text: str) -> None:
         self.skills.append((attempt_id, text))
 
-    async def event(self, attempt_id: str, event: dict[str, Any]) -> None:
+    async def event(self, attempt_id: AttemptId, event: dict[str, Any]) -> None:
         self.events.append((attempt_id, event))
 
-    async def attempt_finished(self, attempt_id: str, outcome: Any) -> None:
+    async def attempt_finished(self, attempt_id: AttemptId, outcome: Any) -> None:
         self.outcomes.append((attempt_id, outcome))
 
     def event_kinds(self) -> list[str]:

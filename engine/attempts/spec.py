@@ -1,4 +1,11 @@
-"""What an attempt is asked to do (AttemptSpec) and how it ended (AttemptOutcome)."""
+"""The attempt contract: what an attempt is asked to do (:class:`AttemptSpec`) and how it
+ended (:class:`AttemptOutcome`).
+
+The scheduler builds one spec per try (:func:`spec_for_node`), any attempt runner (the
+Terminus-2 runner, the simulated one, a test's) takes it and returns an outcome, and the
+scheduler stores that outcome as it is. An attempt is named by its ``attempts.id`` (an int)
+throughout; whether it can run at all is decided in one place, :meth:`AttemptSpec.skip_reason`.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,25 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine.grading.api import Feedback
+from engine.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from engine.config import ExperimentConfig, ModelConfig
+    from engine.plan import PlanNode
 
 LOCAL_NS_ENVIRONMENT = "engine.sandbox.local_ns:LocalNamespaceEnvironment"
+SANDBOX_IMPORT_PATHS = {
+    "local": LOCAL_NS_ENVIRONMENT,
+    "docker": "docker",
+    "modal": "modal",
+    "daytona": "daytona",
+}
+AttemptId = int  # the attempt's row id in the store, everywhere
 AttemptState = Literal["finished", "failed", "skipped", "interrupted"]
+BLANK_SOURCE_SKILL = "blank_or_missing_source_skill"
 
 
 @dataclass
@@ -27,12 +47,28 @@ class ModelSpec:
     # scripted stand-in model, served by an injected endpoint (see ModelEndpoint)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_config(cls, model: ModelConfig, *, llm_limit: bool = False) -> ModelSpec:
+        """The spec of a ``[[models]]`` entry (``llm_limit``: the per-model call limit is on)."""
+        extra: dict[str, Any] = {}
+        if model.scenario:  # a scripted stand-in model serves this attempt
+            extra["scenario"] = model.scenario
+        if llm_limit:
+            extra["llm_limit"] = model.name
+        return cls(
+            name=model.name,
+            api_base=model.api_base,
+            api_key_env=model.api_key_env,
+            model_info=model.model_info or None,
+            extra=extra,
+        )
+
 
 @dataclass
 class AttemptSpec:
-    """One attempt: a model on a problem × DSL variant under a budget."""
+    """One try of one attempt: a model on a problem × DSL variant under a budget."""
 
-    attempt_id: str
+    attempt_id: AttemptId
     problem_id: str
     dsl: str
     model: ModelSpec
@@ -45,12 +81,59 @@ class AttemptSpec:
     environment_import_path: str = LOCAL_NS_ENVIRONMENT
     environment_kwargs: dict[str, Any] = field(default_factory=dict)
     grading_device: str = "auto"
-    max_tries: int = 3  # per phase, for transient infrastructure failures
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     poll_interval_s: float = 0.5
+    experiment_id: str = ""
+    try_number: int = 1  # the scheduler's try of this attempt (attempts.tries)
+    node: PlanNode | None = None  # where the attempt sits in the plan, when planned
 
     @property
     def is_transfer(self) -> bool:
         return self.transfer_from is not None
+
+    def skip_reason(self) -> str | None:
+        """Why this attempt cannot run (a transfer without a skill to attach), else None."""
+        if self.is_transfer and not (self.source_skill or "").strip():
+            return BLANK_SOURCE_SKILL
+        return None
+
+
+def sandbox_kwargs(config: ExperimentConfig, options: dict[str, Any]) -> dict[str, Any]:
+    """The environment kwargs: the ``[sandbox]`` options, plus the jail opt-out when set."""
+    kwargs = dict(options)
+    if config.unsafe_no_jail:
+        kwargs["unsafe_no_jail"] = True
+    return kwargs
+
+
+def spec_for_node(
+    config: ExperimentConfig,
+    node: PlanNode,
+    attempt_id: AttemptId,
+    *,
+    try_number: int,
+    source_skill: str | None,
+    work_dir: Path,
+) -> AttemptSpec:
+    """The spec of one try of a planned attempt."""
+    limit = config.concurrency.llm_calls_per_model is not None
+    return AttemptSpec(
+        attempt_id=attempt_id,
+        problem_id=node.problem_id,
+        dsl=node.dsl,
+        model=ModelSpec.from_config(config.model(node.model), llm_limit=limit),
+        work_dir=work_dir,
+        budget_s=int(config.budget_s),
+        max_submissions=config.max_submissions,
+        source_skill=source_skill,
+        transfer_from=("cute" if node.dsl == "tirx" else "tirx") if node.is_treatment else None,
+        environment_import_path=SANDBOX_IMPORT_PATHS.get(config.sandbox, config.sandbox),
+        environment_kwargs=sandbox_kwargs(config, config.sandbox_options),
+        retry=RetryPolicy.from_config(config),
+        experiment_id=config.id,
+        try_number=try_number,
+        node=node,
+    )
 
 
 class ModelEndpointError(Exception):
@@ -69,14 +152,14 @@ ModelEndpoint = Callable[["AttemptSpec"], AbstractAsyncContextManager["AttemptSp
 class AttemptOutcome:
     """How an attempt ended, with its final evaluation and collected artifacts."""
 
-    attempt_id: str
+    attempt_id: AttemptId
     state: AttemptState
     ended_by: str = ""  # task_complete | budget | stop | shell_exited | error | skipped
     final_feedback: Feedback | None = None
     skill: str | None = None
     final_source: str | None = None
     submissions_used: int = 0
-    tries: int = 0
+    tries: int = 0  # execution tries the runner made
     input_tokens: int = 0
     output_tokens: int = 0
     cache_tokens: int = 0
@@ -84,6 +167,8 @@ class AttemptOutcome:
     agent_seconds: float = 0.0
     trial_dirs: list[str] = field(default_factory=list)
     error: str | None = None
+    # a failure the runner did not retry itself: the retry policy may rerun the attempt
+    retryable: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -8,6 +8,7 @@ import math
 import time
 from typing import Any
 
+from engine.grading.breakdown import CallBreakdown
 from engine.grading.rejections import Rejected
 
 _monotonic = time.monotonic
@@ -17,6 +18,7 @@ class CallEvidence:
     """Checks on what a runner reports about a call (the judge's state is on ``self``)."""
 
     base_threads: int | None
+    breakdown: CallBreakdown
     calls: int
     cuda: bool
     deadline: float
@@ -54,6 +56,7 @@ class CallEvidence:
             self.gaps.append(judge_ms - float(ms))
             self.judge_ms.append(self.scored_judge_ms)
             self.runner_ms.append(float(ms))
+            self.breakdown.add("submission", reply)
         threads = reply.get("threads")
         if (
             isinstance(threads, int)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,8 +220,9 @@ def dsl_available(dsl: str) -> bool:
     return True
 
 
-# -- measurement for the profiler cross-check (decided by kernel_audit in the judge) ----
+# -- profiler measurements: the kernel audit's cross-check, the device time per call ----
 CONTROL_NAME_HINTS = ("fill", "add", "elementwise", "vectorized")
+DEVICE_PROFILE_CALLS = 3  # profiled calls per device-time figure (informational only)
 GLOBAL_FUNCTION = re.compile(
     r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\("
 )
@@ -234,6 +236,33 @@ def cuda_kernel_names(source: str) -> set[str]:
 def profiled_kernel_names(call: Callable[[], Any]) -> tuple[list[str], bool] | None:
     """GPU kernel names seen while ``call`` runs (plus a control kernel), and whether the
     control was seen. None when the profiler cannot run here."""
+    events = _device_events(call)
+    if events is None:
+        return None
+    names = [str(e.name) for e in events]
+    return names, bool(names) and any(_is_control(n) for n in names)
+
+
+def profiled_device_ms(call: Callable[[], Any], calls: int = DEVICE_PROFILE_CALLS) -> float | None:
+    """GPU time of one ``call``: the kernels, copies and sets it ran, summed (streams that
+    overlap count twice); the median of ``calls`` profiled calls. None when the profiler
+    cannot run here or missed the control kernel."""
+    sums: list[float] = []
+    for _ in range(calls):
+        events = _device_events(call)
+        if not events or not _is_control(str(events[0].name)):
+            return None
+        sums.append(sum(float(e.time_range.elapsed_us()) for e in events[1:]) / 1e3)
+    return statistics.median(sums)
+
+
+def _is_control(name: str) -> bool:
+    return any(h in name.lower() for h in CONTROL_NAME_HINTS)
+
+
+def _device_events(call: Callable[[], Any]) -> list[Any] | None:
+    """The device events of a profiled region running a control kernel, then ``call``, in
+    order of their start (the control first). None when the profiler cannot run here."""
     try:
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -258,8 +287,5 @@ def profiled_kernel_names(call: Callable[[], Any]) -> tuple[list[str], bool] | N
             return None
     if raised is not None:
         raise raised
-    names = [
-        str(e.name) for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")
-    ]
-    control_seen = bool(names) and any(h in n.lower() for n in names for h in CONTROL_NAME_HINTS)
-    return names, control_seen
+    events = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    return sorted(events, key=lambda e: e.time_range.start)

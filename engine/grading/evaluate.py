@@ -19,7 +19,7 @@ from typing import Any
 from engine.grading import kernel_audit
 from engine.grading.api import Feedback, Finding, GradeRequest
 from engine.grading.rules import check_source, first_reason
-from engine.grading.supervise import Limits, Outcome, run_subprocess
+from engine.grading.supervise import ChildOutcome, Limits, run_subprocess
 
 PROBLEMS_ROOT = Path(__file__).resolve().parents[2] / "problems"
 FAMILY_FOLDERS = ("attention", "kv_cache", "mlp_norm", "moe", "quantization", "linear_attention")
@@ -194,7 +194,7 @@ def request_problem(request: GradeRequest, extra: Iterable[str] = ()) -> Feedbac
     return None
 
 
-def feedback_from(request: GradeRequest, outcome: Outcome, device: str) -> Feedback:
+def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> Feedback:
     """Turn a child's outcome into feedback; a missing result becomes timeout/memory/crash."""
     data = dict(outcome.result or {})
     timings = dict(data.get("timings_s") or {})
@@ -226,7 +226,11 @@ def feedback_from(request: GradeRequest, outcome: Outcome, device: str) -> Feedb
         clock={
             **{
                 k: v
-                for k, v in (("submission", data.get("clock")), ("eager", data.get("eager_clock")))
+                for k, v in (
+                    ("submission", data.get("clock")),
+                    ("eager", data.get("eager_clock")),
+                    ("breakdown", data.get("breakdown")),  # the runners' host/device split
+                )
                 if v
             },
             **(

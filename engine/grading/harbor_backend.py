@@ -32,7 +32,7 @@ from engine.grading.evaluate import (
     static_feedback,
 )
 from engine.grading.rules import check_source
-from engine.grading.supervise import REPO_ROOT, Outcome, tagged_messages
+from engine.grading.supervise import REPO_ROOT, ChildOutcome, tagged_messages
 
 UPLOADS = ("engine/__init__.py", "engine/grading", "problems")
 
@@ -216,7 +216,7 @@ class HarborBackend:
                 request.dsl,
                 log_tail=tail,
             )
-        return feedback_from(request, Outcome.from_dict(outcomes[0]["data"]), "cuda")
+        return feedback_from(request, ChildOutcome.from_dict(outcomes[0]["data"]), "cuda")
 
     async def close(self) -> None:
         return None

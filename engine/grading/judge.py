@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.grading.breakdown import CallBreakdown
 from engine.grading.call_evidence import CallEvidence, _int
 from engine.grading.judge_clock import JudgeClock, scored_ms
 from engine.grading.output_checks import Expected, OutputChecks
@@ -108,8 +109,9 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             "draws": self.draws,
             "timings_s": self.timings,
             "scale": self.scale,
-            "timer": "judge_clock+runner_events" if self.cuda else "judge_clock+perf_counter",
+            "timer": "judge_clock+runner_wall_sync" if self.cuda else "judge_clock+perf_counter",
         }
+        self.breakdown = CallBreakdown(self.result)  # the runners' host/device split (unscored)
 
     # -- helpers ----------------------------------------------------------------------------
     def phase(self, name: str) -> None:
@@ -133,6 +135,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         samples: list[float] = []
         events: list[float] = []
         eager_gaps: list[float] = []
+        call_gaps: list[float] = []
         try:
             reference.wait_ready()
             clock = self.calibrate(reference, transport)
@@ -151,6 +154,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                 reply, _, judge_ms = reference.timed({"op": "call", "id": seed}, deadline)
                 if reply.get("op") != "done":
                     raise RuntimeError(f"the eager reference failed: {reply.get('error')}")
+                call_gap = judge_ms - float(reply["ms"])
                 report, fds, report_ms = reference.timed({"op": "report"}, deadline)
                 judge_ms += report_ms  # the clock runs until the outputs are described
                 out, _ = transport.fetch(report.get("outputs"), fds)
@@ -162,6 +166,9 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                     samples.append(scored_ms(judge_ms, clock))
                     events.append(float(reply["ms"]))
                     eager_gaps.append(judge_ms - float(reply["ms"]))
+                    call_gaps.append(call_gap)
+                    self.breakdown.add("eager", reply)
+            self.breakdown.settle("eager", reference, deadline, self.cuda)
         finally:
             transport.close()
         from engine.grading.timing import summarize
@@ -173,6 +180,12 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.result["eager_event_median_ms"] = statistics.median(events)
         clock["judge_median_ms"] = round(statistics.median(samples), 4)
         clock["real_call_gap_ms"] = round(statistics.median(eager_gaps), 4)
+        # what a real call of this problem adds over a no-op, outside an honest runner's clock:
+        # on the call alone (the mismatch bound) and with the report (the score's floor)
+        call_excess = statistics.median(call_gaps) - clock["gap_median_ms"]
+        trip_excess = clock["real_call_gap_ms"] - clock["trip_gap_median_ms"]
+        clock["call_excess_ms"] = round(max(call_excess, 0.0), 4)
+        clock["trip_excess_ms"] = round(max(trip_excess, 0.0), 4)
         return expected
 
     # -- the submission runner --------------------------------------------------------------

@@ -29,7 +29,7 @@ from engine.grading.evaluate import (
     static_feedback,
 )
 from engine.grading.rules import check_source
-from engine.grading.supervise import REPO_ROOT, Limits, Outcome, child_env, kill_group
+from engine.grading.supervise import REPO_ROOT, ChildOutcome, Limits, child_env, kill_group
 from engine.grading.supervise import run_subprocess as _run_subprocess
 
 STREAM_LIMIT = 64 * 1024 * 1024
@@ -97,7 +97,7 @@ class WarmParent:
             raise WorkerDied("warm parent exited")
         return json.loads(line)  # type: ignore[no-any-return]
 
-    async def run(self, job: dict[str, Any], limits: Limits) -> Outcome:
+    async def run(self, job: dict[str, Any], limits: Limits) -> ChildOutcome:
         if not self.alive:
             await self.start()
         assert self.proc is not None and self.proc.stdin is not None
@@ -117,7 +117,7 @@ class WarmParent:
             raise
         finally:
             self.child_pid = None
-        return Outcome.from_dict(done.get("outcome", {}))
+        return ChildOutcome.from_dict(done.get("outcome", {}))
 
     async def stop(self) -> None:
         if self.child_pid:
@@ -167,7 +167,7 @@ class Slot:
         self.evaluations = 0
         self.fell_back = False
 
-    async def run(self, job: dict[str, Any], limits: Limits, workdir: str) -> Outcome:
+    async def run(self, job: dict[str, Any], limits: Limits, workdir: str) -> ChildOutcome:
         self.evaluations += 1
         if self.parent is None:
             return await asyncio.to_thread(_run_subprocess, job, limits, workdir, self.env_extra)
@@ -328,7 +328,7 @@ class LocalBackend:
         await asyncio.gather(*(s.parent.stop() for s in self.slots if s.parent is not None))
 
 
-def _failed_before_import(outcome: Outcome) -> bool:
+def _failed_before_import(outcome: ChildOutcome) -> bool:
     """The child produced an infrastructure error before any submission code ran."""
     result = outcome.result or {}
     if outcome.timed_out or outcome.memory_killed or outcome.last_phase not in (None, "eager"):

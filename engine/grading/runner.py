@@ -9,10 +9,12 @@ reference outputs, tolerances, future seeds or check plan. It answers the judge 
   which the judge imports and fills with the inputs;
 * ``stage`` (+ memfd with CPU inputs) → ``staged``: the next call's inputs are built;
 * ``call`` → ``done`` (the judge's clock runs from this request to this answer): its own
-  timing figure, DSL launches seen by the hooks, native thread count; or ``error``;
+  timing figure, the host time until ``solve`` returned, DSL launches seen by the hooks,
+  native thread count; or ``error``;
 * ``report`` → ``outputs``: where the outputs lie (CPU leaves copied into a memfd, CUDA leaves
   as IPC handles into the runner's own allocations);
-* ``audit`` → ``audited``: kernel names a profiled call ran; ``exit``.
+* ``audit`` → ``audited``: kernel names a profiled call ran;
+* ``profile`` → ``profiled``: GPU time per call of the last inputs (informational); ``exit``.
 
 Everything it sends is data for the judge, never a claim the judge believes: the judge reads
 the output memory itself, checks every output and times every call with its own clock. A
@@ -152,8 +154,11 @@ class Runner:
         if self.cuda:
             torch.cuda.init()
             torch.empty(1, device="cuda")  # the context now, before "ready", not in a call
+            # one tiny kernel before every timed call: the judge's own GPU work between calls
+            # leaves the GPU in the judge's context, and switching back (~150 µs on the H200)
+            # is not the submission's time
+            self._switch = torch.zeros(1, device="cuda")
             self._sync = torch.cuda.synchronize
-            self._event = torch.cuda.Event
         else:
             torch.set_num_threads(1)  # CPU preview: one thread for eager and submission alike
         self._clock = time.perf_counter
@@ -161,7 +166,7 @@ class Runner:
     # -- set-up --------------------------------------------------------------------------
     def load(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         if message.get("dsl_checks"):
-            self.counter = install_hooks(str(message.get("dsl")), self.flag)
+            self.counter = _hooks().install(str(message.get("dsl")), self.flag)
             if self.counter is None:
                 return {"op": "loaded", "ok": False, "unavailable": True}
         limit = message.get("memory_limit_mb")
@@ -249,18 +254,20 @@ class Runner:
         solve = self.solve
         try:
             if self.cuda:
-                start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+                # wall clock from the call to the end of a device-wide synchronize: a CUDA
+                # start event is only stamped when the GPU sees it, after the host work that
+                # precedes the first launch, so events would hide a call's host overhead
+                self._switch.add_(1.0)
                 self._sync()
-                start.record()
+                t0 = self._clock()
                 out = solve(*inputs)
+                host_ms = (self._clock() - t0) * 1e3  # until solve returns, before the sync
                 self._sync()
-                end.record()
-                end.synchronize()
-                ms = float(start.elapsed_time(end))
+                ms = (self._clock() - t0) * 1e3
             else:
                 t0 = self._clock()
                 out = solve(*inputs)
-                ms = (self._clock() - t0) * 1e3
+                ms = host_ms = (self._clock() - t0) * 1e3
         except BaseException as exc:  # noqa: BLE001
             return {
                 "op": "error",
@@ -274,6 +281,7 @@ class Runner:
             "op": "done",
             "id": message["id"],
             "ms": ms,
+            "host_ms": host_ms,
             "launches": launches,
             "threads": native_threads(),
             "py_threads": python_threads(),
@@ -368,6 +376,12 @@ class Runner:
             "threads": native_threads(),
         }
 
+    def profile(self) -> dict[str, Any]:
+        """The last inputs once more under the profiler: GPU time per call (None on CPU)."""
+        last = self.last_inputs
+        device_ms = _hooks().profiled_device_ms(lambda: self.solve(*last)) if self.cuda else None
+        return {"op": "profiled", "device_ms": device_ms, "threads": native_threads()}
+
     # -- the loop ------------------------------------------------------------------------
     def serve(self) -> None:
         send(
@@ -403,6 +417,8 @@ class Runner:
             reply, reply_fds = self.report()
         elif op == "audit":
             reply = self.audit(message)
+        elif op == "profile":
+            reply = self.profile()
         elif op == "reference" and self.resolver is not None:
             self.armed = self.resolver(message)
             reply = {"op": "referenced"}
@@ -427,20 +443,17 @@ def _leaves(value: Any) -> list[Any]:
     return [value]
 
 
-def install_hooks(dsl: str, flag: mmap.mmap | None) -> Any:
+def _hooks() -> Any:
+    """The launch hooks and profiler helpers: the package module, or in the jail a sibling."""
     try:
         from engine.grading import dsl_hooks
     except ImportError:  # in the jail: a sibling file
         import dsl_hooks  # type: ignore[import-not-found,no-redef]
-    return dsl_hooks.install(dsl, flag)
+    return dsl_hooks
 
 
 def profiled_kernel_names(call: Any) -> tuple[list[str], bool] | None:
-    try:
-        from engine.grading import dsl_hooks
-    except ImportError:  # in the jail: a sibling file
-        import dsl_hooks  # type: ignore[import-not-found,no-redef]
-    return dsl_hooks.profiled_kernel_names(call)  # type: ignore[no-any-return]
+    return _hooks().profiled_kernel_names(call)  # type: ignore[no-any-return]
 
 
 def limit_address_space(extra_mb: int) -> None:

@@ -41,8 +41,8 @@ class Limits:
 
 
 @dataclass
-class Outcome:
-    """What came back from one child."""
+class ChildOutcome:
+    """What came back from one grading child: its result, phases, exit and kills."""
 
     result: dict[str, Any] | None = None
     phases: list[str] = field(default_factory=list)
@@ -62,7 +62,7 @@ class Outcome:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+    def from_dict(cls, data: dict[str, Any]) -> ChildOutcome:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
@@ -98,6 +98,114 @@ def read_tail(path: str | Path | None, chars: int = LOG_TAIL_CHARS) -> str:
     return text[-chars:]
 
 
+class _ChildWatch:
+    """One supervision in progress: the deadline, the result channel and the memory watchdog."""
+
+    def __init__(
+        self,
+        pid: int,
+        result_fd: int,
+        nonce: str,
+        limits: Limits,
+        poll_exit: Callable[[], int | None],
+    ) -> None:
+        self.pid = pid
+        self.result_fd = result_fd
+        self.nonce = nonce
+        self.limits = limits
+        self.poll_exit = poll_exit
+        self.outcome = ChildOutcome(pid=pid)
+        self.start = time.monotonic()
+        self.deadline = self.start + limits.eager_timeout_s
+        self.buffer = b""
+        self.received = 0
+        self.next_rss = 0.0
+        self.exit_code: int | None = None
+        self.open_channel = True
+
+    def handle(self, line: bytes) -> None:
+        """Take one line of the result channel: a phase or the result, if it has the nonce."""
+        try:
+            message = json.loads(line)
+            tagged = isinstance(message, dict) and hmac.compare_digest(
+                str(message.get("nonce", "")), self.nonce
+            )
+        except (ValueError, TypeError):
+            tagged = False
+        if not tagged:
+            self.outcome.ignored_lines += 1
+            return
+        outcome, limits = self.outcome, self.limits
+        if message.get("kind") == "phase":
+            outcome.phases.append(str(message.get("data")))
+            if message.get("data") == "eager_done":  # starting the runner: bounded apart
+                self.deadline = time.monotonic() + limits.eager_timeout_s
+            elif message.get("data") == "import":  # the submission's own time starts
+                self.deadline = time.monotonic() + limits.timeout_s
+        elif message.get("kind") == "result" and outcome.result is None:
+            outcome.result = message.get("data") if isinstance(message.get("data"), dict) else {}
+            self.deadline = min(self.deadline, time.monotonic() + limits.grace_s)
+
+    def read_channel(self) -> None:
+        """Wait briefly for the result channel and handle the complete lines that arrived."""
+        if not self.open_channel:
+            time.sleep(0.05)
+            return
+        ready, _, _ = select.select([self.result_fd], [], [], 0.05)
+        if not ready:
+            return
+        try:
+            chunk = os.read(self.result_fd, 1 << 20)
+        except BlockingIOError:
+            return
+        if chunk == b"":
+            self.open_channel = False
+            return
+        self.received += len(chunk)
+        if self.received > MAX_CHANNEL_BYTES:
+            self.open_channel = False  # flooding: stop reading, the child is killed
+            kill_group(self.pid)
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            self.handle(line)
+
+    def check_memory(self, now: float) -> None:
+        """Kill the child when its resident memory passes the limit (checked every 0.2 s)."""
+        limit = self.limits.memory_limit_mb
+        if limit and now >= self.next_rss and self.exit_code is None:
+            self.next_rss = now + 0.2
+            if rss_mb(self.pid) > limit:
+                self.outcome.memory_killed = True
+                kill_group(self.pid)
+
+    def kill_at_deadline(self, now: float) -> None:
+        """The deadline passed with the child alive: kill it and wait up to 5 s for its exit."""
+        if self.outcome.result is None:
+            self.outcome.timed_out = True
+        kill_group(self.pid)
+        self.deadline = now + 5.0
+        while self.exit_code is None and time.monotonic() < self.deadline:
+            self.exit_code = self.poll_exit()
+            time.sleep(0.02)
+
+    def run(self) -> None:
+        """Read, poll and enforce the limits until the child is done (or killed)."""
+        while True:
+            self.read_channel()
+            if self.exit_code is None:
+                self.exit_code = self.poll_exit()
+            if self.exit_code is not None and not self.open_channel:
+                return
+            if self.exit_code is not None and time.monotonic() > self.deadline:
+                return  # exited but a descendant keeps the pipe open
+            now = time.monotonic()
+            self.check_memory(now)
+            if now > self.deadline and self.exit_code is None:
+                self.kill_at_deadline(now)
+                return
+
+
 def supervise(
     pid: int,
     result_fd: int,
@@ -105,85 +213,15 @@ def supervise(
     limits: Limits,
     poll_exit: Callable[[], int | None],
     log_path: str | Path | None = None,
-) -> Outcome:
+) -> ChildOutcome:
     """Watch one child until it exits or is killed; returns what it reported."""
-    outcome = Outcome(pid=pid)
-    start = time.monotonic()
-    deadline = start + limits.eager_timeout_s
-    buffer = b""
-    received = 0
+    watch = _ChildWatch(pid, result_fd, nonce, limits, poll_exit)
     os.set_blocking(result_fd, False)
-    next_rss = 0.0
-    exit_code: int | None = None
-    open_channel = True
-
-    def handle(line: bytes) -> None:
-        nonlocal deadline
-        try:
-            message = json.loads(line)
-            tagged = isinstance(message, dict) and hmac.compare_digest(
-                str(message.get("nonce", "")), nonce
-            )
-        except (ValueError, TypeError):
-            tagged = False
-        if not tagged:
-            outcome.ignored_lines += 1
-            return
-        if message.get("kind") == "phase":
-            outcome.phases.append(str(message.get("data")))
-            if message.get("data") == "eager_done":  # starting the runner: bounded apart
-                deadline = time.monotonic() + limits.eager_timeout_s
-            elif message.get("data") == "import":  # the submission's own time starts
-                deadline = time.monotonic() + limits.timeout_s
-        elif message.get("kind") == "result" and outcome.result is None:
-            outcome.result = message.get("data") if isinstance(message.get("data"), dict) else {}
-            deadline = min(deadline, time.monotonic() + limits.grace_s)
-
-    while True:
-        if open_channel:
-            ready, _, _ = select.select([result_fd], [], [], 0.05)
-            if ready:
-                try:
-                    chunk = os.read(result_fd, 1 << 20)
-                except BlockingIOError:
-                    chunk = None
-                if chunk == b"":
-                    open_channel = False
-                elif chunk:
-                    received += len(chunk)
-                    if received > MAX_CHANNEL_BYTES:
-                        open_channel = False  # flooding: stop reading, the child is killed
-                        kill_group(pid)
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        handle(line)
-        else:
-            time.sleep(0.05)
-        if exit_code is None:
-            exit_code = poll_exit()
-        if exit_code is not None and not open_channel:
-            break
-        if exit_code is not None and time.monotonic() > deadline:
-            break  # exited but a descendant keeps the pipe open
-        now = time.monotonic()
-        if limits.memory_limit_mb and now >= next_rss and exit_code is None:
-            next_rss = now + 0.2
-            if rss_mb(pid) > limits.memory_limit_mb:
-                outcome.memory_killed = True
-                kill_group(pid)
-        if now > deadline and exit_code is None:
-            if outcome.result is None:
-                outcome.timed_out = True
-            kill_group(pid)
-            deadline = now + 5.0
-            while exit_code is None and time.monotonic() < deadline:
-                exit_code = poll_exit()
-                time.sleep(0.02)
-            break
+    watch.run()
     kill_group(pid)  # nothing of the evaluation outlives it
-    outcome.exit_code = exit_code
-    outcome.elapsed_s = round(time.monotonic() - start, 3)
+    outcome = watch.outcome
+    outcome.exit_code = watch.exit_code
+    outcome.elapsed_s = round(time.monotonic() - watch.start, 3)
     outcome.log_tail = read_tail(log_path)
     return outcome
 
@@ -204,7 +242,7 @@ def run_subprocess(
     workdir: str | Path,
     env_extra: dict[str, str] | None = None,
     python: str | None = None,
-) -> Outcome:
+) -> ChildOutcome:
     """Judge ``job`` in a fresh ``python -m engine.grading.judge`` child (blocking)."""
     read_fd, write_fd = os.pipe()
     log_path = Path(workdir) / "worker.log"

@@ -315,7 +315,7 @@ def run_supervised(
     send: Callable[[dict[str, Any]], None],
 ) -> None:
     """Watch the judge until it reports or is killed, then send its outcome."""
-    from engine.grading.supervise import Outcome, supervise
+    from engine.grading.supervise import ChildOutcome, supervise
 
     def poll(pid: int = pid) -> int | None:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -326,7 +326,7 @@ def run_supervised(
             pid, read_fd, job["nonce"], limits, poll, Path(job["workdir"]) / "worker.log"
         )
     except Exception as exc:  # noqa: BLE001 - report instead of dying
-        outcome = Outcome(pid=pid, log_tail=f"supervisor error: {exc!r}")
+        outcome = ChildOutcome(pid=pid, log_tail=f"supervisor error: {exc!r}")
     finally:
         os.close(read_fd)
     with contextlib.suppress(ChildProcessError):  # reap if not collected yet

@@ -37,7 +37,7 @@ class Usage:
 
 
 @dataclass
-class Outcome:
+class AnnotationResult:
     """The result of annotating one subject with one annotator."""
 
     subject: subjects.Subject
@@ -176,7 +176,7 @@ def _request(db: Database, rubric: Rubric, subject: subjects.Subject
             lambda reply: prompts.parse_cause(rubric, reply))
 
 
-def _record(db: Database, outcome: Outcome, rubric_hash: str) -> None:
+def _record(db: Database, outcome: AnnotationResult, rubric_hash: str) -> None:
     s = outcome.subject
     if outcome.error is not None:
         writes.append_event(db, "annotation_failed", {
@@ -214,7 +214,7 @@ async def annotate(
     tries: int = DEFAULT_TRIES,
     concurrency: int = 4,
     force: bool = False,
-    on_outcome: Callable[[Outcome], None] | None = None,
+    on_outcome: Callable[[AnnotationResult], None] | None = None,
 ) -> RunSummary:
     """Label every subject of ``tasks`` with every annotator; returns counts and usage."""
     rubric = rubric or default_rubric()
@@ -234,11 +234,13 @@ async def annotate(
             try:
                 messages, parse = await store.read(_request, rubric, subject)
             except LookupError as exc:
-                outcome = Outcome(subject, annotator.model, [], [], Usage(), str(exc))
+                outcome = AnnotationResult(subject, annotator.model, [], [], Usage(), str(exc))
             else:
                 labels, raws, usage, error = await ask(annotator, messages, parse,
                                                        completion=completion, tries=tries)
-                outcome = Outcome(subject, annotator.model, labels or [], raws, usage, error)
+                outcome = AnnotationResult(
+                    subject, annotator.model, labels or [], raws, usage, error
+                )
             await store.write(_record, outcome, rubric.hash)
             summary.usage.tokens_in += outcome.usage.tokens_in
             summary.usage.tokens_out += outcome.usage.tokens_out

@@ -23,10 +23,10 @@ CPU, memory and process-count limits come from a per-sandbox cgroup when the hos
 size, CPU time, open files) are always set. Requirements: Linux, root, bubblewrap (``bwrap``),
 util-linux (``unshare``, ``nsenter``, ``setpriv``, ``prlimit``) and tmux for Terminus-2.
 Without bubblewrap the sandbox fails closed (:class:`SandboxUnavailableError` naming the
-missing piece). ``unsafe_no_jail=True`` runs the old namespace-only sandbox instead: mount,
-PID and network namespaces via ``unshare``, commands as root, the whole host file system
-visible and writable. The documented fall-back elsewhere is Harbor's Docker environment
-(``-e docker``) with the task's ``environment/Dockerfile``.
+missing piece). ``unsafe_no_jail=True`` runs the old namespace-only sandbox instead
+(:mod:`engine.sandbox.unjailed`): mount, PID and network namespaces via ``unshare``, commands
+as root, the whole host file system visible and writable. The documented fall-back elsewhere
+is Harbor's Docker environment (``-e docker``) with the task's ``environment/Dockerfile``.
 
 Use it from Harbor::
 
@@ -56,14 +56,13 @@ from engine.sandbox.agent_jail import (
     AGENT_UID,
     AgentJail,
     agent_limits,
-    await_marker,
     chown_tree,
     python_binds,
 )
 from engine.sandbox.jail import JailSpec, JailUnavailableError, check_jail
 from engine.sandbox.limits import CgroupLimits
+from engine.sandbox.unjailed import holder_init_pid, join_argv, mount_table, spawn_holder
 
-READY_MARKER = "mkb-sandbox-ready"
 DEFAULT_PRIVATE_DIRS = ("/mkb",)
 DEFAULT_WORKDIR = "/workspace"
 SANDBOX_HOME = "/mkb-home"  # a private HOME (not /root: the host Python may live under it)
@@ -91,18 +90,6 @@ def namespace_support_problem() -> str | None:
         if shutil.which(tool) is None:
             return f"the util-linux tool {tool!r} is not installed"
     return None
-
-
-def _needed_under_tmp(python_bin: Path) -> list[Path]:
-    """The sandbox's Python prefix and the project, where they live under the host's /tmp."""
-    candidates = {
-        Path(sys.prefix).resolve(),
-        python_bin.resolve().parent,
-        Path(__file__).resolve().parents[2],
-    }
-    inside = [p for p in candidates if p.is_relative_to("/tmp") and p != Path("/tmp")]
-    # a folder inside another candidate is already visible through that one
-    return sorted(p for p in inside if not any(p != q and p.is_relative_to(q) for q in inside))
 
 
 def default_python_bin() -> Path:
@@ -232,17 +219,21 @@ class LocalNamespaceEnvironment(BaseEnvironment):
 
     # -- the agent jail ----------------------------------------------------------------------
 
-    def _jail_rw(self, base: Path) -> list[tuple[Path, str]]:
-        """The sandbox's private read-write folders: (host source, path inside)."""
-        rw: list[tuple[Path, str]] = [
-            (base / "work", self.workdir),
-            (base / "tests", "/tests"),
-            (base / "solution", "/solution"),
-            (base / "home", SANDBOX_HOME),
-            (base / "logs", str(EnvironmentPaths.logs_dir)),
+    def _own_folders(self, with_logs: bool) -> list[tuple[str, str]]:
+        """The sandbox's private folders: (folder under its base, path inside)."""
+        folders = [
+            ("work", self.workdir),
+            ("tests", "/tests"),
+            ("solution", "/solution"),
+            ("home", SANDBOX_HOME),
         ]
-        rw += [(base / f"private{i}", target) for i, target in enumerate(self._private_dirs)]
-        return rw
+        if with_logs:
+            folders.append(("logs", str(EnvironmentPaths.logs_dir)))
+        return folders + [(f"private{i}", target) for i, target in enumerate(self._private_dirs)]
+
+    def _jail_rw(self, base: Path) -> list[tuple[Path, str]]:
+        """The jail's private read-write folders: (host source, path inside)."""
+        return [(base / name, target) for name, target in self._own_folders(with_logs=True)]
 
     def jail_spec(self, base: Path) -> JailSpec:
         """The agent jail for this sandbox (host folders under ``base``).
@@ -292,23 +283,9 @@ class LocalNamespaceEnvironment(BaseEnvironment):
         self._init_pid = jail.init_pid
 
     def _mount_table(self, base: Path) -> list[tuple[Path, str]]:
-        """(host source, sandbox target) pairs, in mount order; /tmp last."""
-        table: list[tuple[Path, str]] = [
-            (base / "work", self.workdir),
-            (base / "tests", "/tests"),
-            (base / "solution", "/solution"),
-            (base / "home", SANDBOX_HOME),
-        ]
-        for i, target in enumerate(self._private_dirs):
-            table.append((base / f"private{i}", target))
-        for mount in self._mounts:
-            table.append((Path(mount["source"]), str(mount["target"])))
-        # host folders under /tmp that the sandbox still needs (its Python, the project) are
-        # bound into the private /tmp at their own paths, so the private /tmp hides nothing
-        for path in _needed_under_tmp(self._python_bin):
-            table.append((path, str(base / "tmp" / path.relative_to("/tmp"))))
-        table.append((base / "tmp", "/tmp"))
-        return table
+        """The unjailed sandbox's binds: (host source, sandbox target), in mount order."""
+        own = self._own_folders(with_logs=False)
+        return mount_table(base, own, self._mounts, self._python_bin)
 
     def _prepare_host_dirs(self, base: Path, table: list[tuple[Path, str]]) -> None:
         for source, target in table:
@@ -336,35 +313,12 @@ class LocalNamespaceEnvironment(BaseEnvironment):
         (home / ".bash_profile").write_text(profile)
 
     async def _start_holder(self, table: list[tuple[Path, str]]) -> None:
-        # /tmp is bound recursively so that folders bound inside the private /tmp show through
-        mounts = " && ".join(
-            f"mount {'--rbind' if dst == '/tmp' else '--bind'} {_q(str(src))} {_q(dst)}"
-            for src, dst in table
-        )
-        script = f"{mounts} && echo {READY_MARKER} && exec sleep infinity"
-        argv = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private"]
-        if self.isolate_network:
-            argv.append("--net")
-        argv += ["--mount-proc", "--", "/bin/sh", "-c", script]
         cgroup = self._cgroup
-        # A plain Popen (not an asyncio subprocess): the holder outlives many event-loop
-        # turns and is reaped here, in stop(), whoever else waits on children.
-        self._holder = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=cgroup.join if cgroup else None,
-        )
-        failure = await await_marker(self._holder, READY_MARKER, START_TIMEOUT_S)
-        if failure is not None:
-            raise SandboxStartError(f"sandbox namespaces did not come up: {failure.strip()}")
-        children = Path(f"/proc/{self._holder.pid}/task/{self._holder.pid}/children")
-        pids = children.read_text().split()
-        if not pids:
-            raise SandboxStartError("sandbox init process vanished right after start")
-        self._init_pid = int(pids[0])
+        self._holder = spawn_holder(table, self.isolate_network, cgroup.join if cgroup else None)
+        try:
+            self._init_pid = await holder_init_pid(self._holder, START_TIMEOUT_S)
+        except RuntimeError as exc:
+            raise SandboxStartError(str(exc)) from exc
 
     async def stop(self, delete: bool) -> None:
         if self._jail is not None:
@@ -461,14 +415,8 @@ class LocalNamespaceEnvironment(BaseEnvironment):
         return ExecResult(stdout=stdout, stderr=stderr, return_code=code)
 
     def _unjailed_argv(self, command: str, cwd: str | None, user: str | int | None) -> list[str]:
-        argv = ["nsenter", "-t", str(self.init_pid), "-m", "-p"]
-        if self.isolate_network:
-            argv.append("-n")
-        argv += [f"--wdns={cwd or self.workdir}", "--"]
         who = self._resolve_user(user)
-        if who not in (None, "root", 0, "0"):
-            argv += ["runuser", "-u", str(who), "--"]
-        return [*argv, "bash", "-c", command]
+        return join_argv(self.init_pid, self.isolate_network, cwd or self.workdir, who, command)
 
     # -- file transfer: jailed tar/cat, or (unjailed) the holder's view of the filesystem ----
 
@@ -512,8 +460,3 @@ class LocalNamespaceEnvironment(BaseEnvironment):
         await asyncio.to_thread(
             shutil.copytree, self.host_path(source_dir), target_dir, dirs_exist_ok=True
         )
-
-
-def _q(text: str) -> str:
-    """Single-quote a string for /bin/sh."""
-    return "'" + text.replace("'", "'\"'\"'") + "'"

@@ -11,8 +11,8 @@ import asyncio
 import hashlib
 from dataclasses import dataclass
 
+from engine.attempts.spec import AttemptOutcome, AttemptSpec
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
-from engine.scheduler import AttemptJob, AttemptResult
 
 
 def _unit(*parts: object) -> float:
@@ -34,15 +34,24 @@ class SimulatedBackend:
         u = _unit(request.source)
         passed = "FAIL" not in request.source and u < 0.8
         if not passed:
-            return Feedback(verdict="fail", reason="correctness.tolerance",
-                            request_id=request.request_id, problem_id=request.problem_id,
-                            dsl=request.dsl, message="max error exceeds allowance")
+            return Feedback(
+                verdict="fail",
+                reason="correctness.tolerance",
+                request_id=request.request_id,
+                problem_id=request.problem_id,
+                dsl=request.dsl,
+                message="max error exceeds allowance",
+            )
         eager = 1.0
         impl = 0.2 + 1.6 * _unit(request.source, "t")
         return Feedback(
             verdict="preview" if self.preview else "pass",
-            request_id=request.request_id, problem_id=request.problem_id, dsl=request.dsl,
-            impl_median_ms=impl, eager_median_ms=eager, speedup=min(eager / impl, 100.0),
+            request_id=request.request_id,
+            problem_id=request.problem_id,
+            dsl=request.dsl,
+            impl_median_ms=impl,
+            eager_median_ms=eager,
+            speedup=min(eager / impl, 100.0),
         )
 
     async def close(self) -> None:
@@ -58,23 +67,36 @@ class SimulatedRunner:
     delay_s: float = 0.0
 
     async def __call__(
-        self, job: AttemptJob, backend: GradingBackend, observer: object
-    ) -> AttemptResult:
-        node = job.node
+        self, spec: AttemptSpec, backend: GradingBackend, observer: object
+    ) -> AttemptOutcome:
+        node = spec.node
+        assert node is not None, "the simulated agent runs planned attempts"
         base = f"{node.model}|{node.problem_id}|{node.replicate}|{node.arm}|{node.variant}"
-        for n in range(1, min(self.submissions, job.max_submissions) + 1):
+        used = min(self.submissions, spec.max_submissions)
+        for n in range(1, used + 1):
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
-            await backend.grade(GradeRequest(node.problem_id, node.dsl,
-                                             f"# {base} submission {n}\n", purpose="submission"))
-        skill_seed = job.source_skill or ""
+            await spec.retry.grade(
+                backend,
+                GradeRequest(
+                    node.problem_id, node.dsl, f"# {base} submission {n}\n", purpose="submission"
+                ),
+            )
+        skill_seed = spec.source_skill or ""
         final_source = f"# {base} final {skill_seed[:16]}\n"
-        final = await backend.grade(
-            GradeRequest(node.problem_id, node.dsl, final_source, purpose="final"))
+        final = await spec.retry.grade(
+            backend, GradeRequest(node.problem_id, node.dsl, final_source, purpose="final")
+        )
         blank = _unit(base, "skill") < self.blank_skill_rate
         skill = "" if blank else f"Skill from {base}: fuse the pass; measured {final.speedup}."
-        return AttemptResult(
-            state="finished", final=final, skill=skill, final_source=final_source,
-            submissions_used=min(self.submissions, job.max_submissions),
-            tokens_in=1000, tokens_out=200, agent_seconds=0.0,
+        return AttemptOutcome(
+            spec.attempt_id,
+            "finished",
+            final_feedback=final,
+            skill=skill,
+            final_source=final_source,
+            submissions_used=used,
+            input_tokens=1000,
+            output_tokens=200,
+            agent_seconds=0.0,
         )

@@ -20,14 +20,19 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import problems
 from engine.tasks import instruction as ins
+from engine.tasks.compile_check_script import COMPILE_CHECK_PATH, render_compile_check_script
 from engine.tasks.docs import build_docs, package_version
 from engine.tasks.dsls import DslInfo, dsl_info
 from engine.tasks.final_eval_script import FINAL_EVAL_PY, TEST_SH
 from engine.tasks.guides import copy_guides, guides_digest
 from engine.tasks.submit_script import MAILBOX, SUBMIT_PATH, render_submit_script
+
+if TYPE_CHECKING:
+    from problems.spec import Problem
 
 BUILDER_VERSION = "1"
 DEFAULT_BUDGET_S = 40 * 60
@@ -48,7 +53,7 @@ class BuiltTask:
     inputs_sha256: str
 
 
-def _problem_source(problem_id: str) -> tuple[object, bytes]:
+def _problem_source(problem_id: str) -> tuple[Problem, bytes]:
     from problems import registry
 
     problem = registry.get(problem_id)
@@ -109,8 +114,10 @@ def _index_guides(index: Path, guides: dict) -> None:
         lines.append(f"Pages of {guides['source']}, unchanged:")
         lines += [f"- [guides/{p}](guides/{p})" for p in guides["pages"]]
     else:
-        lines.append("Not included in this build (the machine that built it had no cached "
-                     "copy; `mkb tasks guides --fetch` downloads them where a network exists).")
+        lines.append(
+            "Not included in this build (the machine that built it had no cached "
+            "copy; `mkb tasks guides --fetch` downloads them where a network exists)."
+        )
     with index.open("a") as fh:
         fh.write("\n".join(lines) + "\n")
 
@@ -132,6 +139,7 @@ def inputs_hash(
         *(name.encode() + data for name, data in vendored_problem_files(problem_source).items()),
         Path(ins.__file__).read_bytes(),
         render_submit_script(MAX_SOURCE_BYTES).encode(),
+        render_compile_check_script().encode(),
         FINAL_EVAL_PY.encode(),
         dsl.key.encode(),
         str(package_version(dsl.distribution)).encode(),
@@ -210,7 +218,7 @@ def build_task(
     digest = inputs_hash(
         problem_src, info, budget_s, max_submissions, source_skill, source_dsl, solution_source
     )
-    task_dir = Path(out_root) / (name or f"{problem.id}-{info.key}")  # type: ignore[attr-defined]
+    task_dir = Path(out_root) / (name or f"{problem.id}-{info.key}")
     if task_dir.exists():
         shutil.rmtree(task_dir)
     env_dir = task_dir / "environment"
@@ -219,56 +227,17 @@ def build_task(
     (env_dir / "bin").mkdir()
     (tests_dir / "problems").mkdir(parents=True)
 
-    params = ins.InstructionParams(
-        problem_id=problem.id,  # type: ignore[attr-defined]
-        problem_description=problem.description,  # type: ignore[attr-defined]
-        inputs=problem.inputs,  # type: ignore[attr-defined]
-        outputs=problem.outputs,  # type: ignore[attr-defined]
-        workload=dict(problem.workload),  # type: ignore[attr-defined]
-        dsl=info,
-        budget_minutes=round(budget_s / 60),
-        max_submissions=max_submissions,
-    )
-    text = ins.render_instruction(params)
-    if source_skill is not None:
-        text = ins.append_transferred_skill(text, source_skill, dsl_info(source_dsl or ""), info)
+    text = _instruction(problem, info, budget_s, max_submissions, source_skill, source_dsl)
     (task_dir / "instruction.md").write_text(text)
-    (task_dir / "task.toml").write_text(task_toml(problem.id, info, budget_s))  # type: ignore[attr-defined]
-
-    vendored = vendored_problem_files(problem_src)
-    for folder in (env_dir, tests_dir):
-        (folder / ins.PROBLEM_FILE).write_bytes(problem_src)
-        (folder / "problems" / "__init__.py").write_text('"""Helpers the problem imports."""\n')
-        for rel, data in vendored.items():
-            target = folder / "problems" / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-    (env_dir / ins.CONTRACT_FILE).write_text(ins.render_contract(info))
-    submit = env_dir / SUBMIT_PATH
-    submit.write_text(render_submit_script(MAX_SOURCE_BYTES))
-    submit.chmod(0o755)
-    (env_dir / "Dockerfile").write_text(dockerfile(info))
-    docs_summary = build_docs(info, env_dir / ins.DOCS_DIR)
-    docs_summary["guides"] = copy_guides(info.key, env_dir / ins.DOCS_DIR / "guides")
-    _index_guides(env_dir / ins.DOCS_DIR / "README.md", docs_summary["guides"])
-
-    test_sh = tests_dir / "test.sh"
-    test_sh.write_text(TEST_SH.format(workdir=ins.WORKDIR, solution=ins.SOLUTION_FILE))
-    test_sh.chmod(0o755)
-    (tests_dir / "final_eval.py").write_text(FINAL_EVAL_PY)
-
+    (task_dir / "task.toml").write_text(task_toml(problem.id, info, budget_s))
+    _write_problem_files(problem_src, (env_dir, tests_dir))
+    docs_summary = _write_environment(env_dir, info)
+    _write_tests(tests_dir)
     if solution_source is not None:
-        sol_dir = task_dir / "solution"
-        sol_dir.mkdir()
-        (sol_dir / "solution.py").write_text(solution_source)
-        solve = sol_dir / "solve.sh"
-        solve.write_text(
-            f"#!/bin/bash\ncp /solution/solution.py {ins.WORKDIR}/{ins.SOLUTION_FILE}\n"
-        )
-        solve.chmod(0o755)
+        _write_solution(task_dir / "solution", solution_source)
 
     manifest = {
-        "problem": problem.id,  # type: ignore[attr-defined]
+        "problem": problem.id,
         "dsl": info.key,
         "budget_s": budget_s,
         "max_submissions": max_submissions,
@@ -279,7 +248,79 @@ def build_task(
         "files": files_hash(task_dir),
     }
     (task_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return BuiltTask(task_dir, problem.id, info.key, digest)  # type: ignore[attr-defined]
+    return BuiltTask(task_dir, problem.id, info.key, digest)
+
+
+def _instruction(
+    problem: Problem,
+    info: DslInfo,
+    budget_s: int,
+    max_submissions: int,
+    source_skill: str | None,
+    source_dsl: str | None,
+) -> str:
+    """The instruction text, with the transferred skill appended when there is one."""
+    params = ins.InstructionParams(
+        problem_id=problem.id,
+        problem_description=problem.description,
+        inputs=problem.inputs,
+        outputs=problem.outputs,
+        workload=dict(problem.workload),
+        dsl=info,
+        budget_minutes=round(budget_s / 60),
+        max_submissions=max_submissions,
+    )
+    text = ins.render_instruction(params)
+    if source_skill is not None:
+        text = ins.append_transferred_skill(text, source_skill, dsl_info(source_dsl or ""), info)
+    return text
+
+
+def _write_problem_files(problem_src: bytes, folders: tuple[Path, ...]) -> None:
+    """The problem and the ``problems`` helpers it needs, in each of ``folders``."""
+    vendored = vendored_problem_files(problem_src)
+    for folder in folders:
+        (folder / ins.PROBLEM_FILE).write_bytes(problem_src)
+        (folder / "problems" / "__init__.py").write_text('"""Helpers the problem imports."""\n')
+        for rel, data in vendored.items():
+            target = folder / "problems" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def _write_environment(env_dir: Path, info: DslInfo) -> dict[str, Any]:
+    """The agent's workspace beyond the problem: contract, submit script, Dockerfile, docs.
+
+    Returns the docs summary recorded in the manifest."""
+    (env_dir / ins.CONTRACT_FILE).write_text(ins.render_contract(info))
+    submit = env_dir / SUBMIT_PATH
+    submit.write_text(render_submit_script(MAX_SOURCE_BYTES))
+    submit.chmod(0o755)
+    check = env_dir / COMPILE_CHECK_PATH
+    check.write_text(render_compile_check_script())
+    check.chmod(0o755)
+    (env_dir / "Dockerfile").write_text(dockerfile(info))
+    docs_summary = build_docs(info, env_dir / ins.DOCS_DIR)
+    docs_summary["guides"] = copy_guides(info.key, env_dir / ins.DOCS_DIR / "guides")
+    _index_guides(env_dir / ins.DOCS_DIR / "README.md", docs_summary["guides"])
+    return docs_summary
+
+
+def _write_tests(tests_dir: Path) -> None:
+    """The final evaluation a plain ``harbor run`` verifier runs."""
+    test_sh = tests_dir / "test.sh"
+    test_sh.write_text(TEST_SH.format(workdir=ins.WORKDIR, solution=ins.SOLUTION_FILE))
+    test_sh.chmod(0o755)
+    (tests_dir / "final_eval.py").write_text(FINAL_EVAL_PY)
+
+
+def _write_solution(sol_dir: Path, solution_source: str) -> None:
+    """The oracle's solution and the ``solve.sh`` that puts it in place."""
+    sol_dir.mkdir()
+    (sol_dir / "solution.py").write_text(solution_source)
+    solve = sol_dir / "solve.sh"
+    solve.write_text(f"#!/bin/bash\ncp /solution/solution.py {ins.WORKDIR}/{ins.SOLUTION_FILE}\n")
+    solve.chmod(0o755)
 
 
 def staleness(task_dir: Path) -> list[str]:

@@ -1,7 +1,8 @@
 """Offline DSL documentation, generated at build time from the installed packages.
 
 For each module a DSL variant lists, the page holds every public class and function with its
-signature and docstring (via :mod:`inspect`). Nothing third-party is committed to git: pages
+signature and docstring (via :mod:`inspect`), and the functions of namespace objects such as
+TIRx's ``T.cuda`` and ``T.ptx``. Nothing third-party is committed to git: pages
 are written into the task directory when it is built. Where the DSL package is not installed
 on the building machine, a placeholder page names the missing package.
 """
@@ -16,8 +17,9 @@ from types import ModuleType
 
 from engine.tasks.dsls import DslInfo
 
-DOCS_GENERATOR_VERSION = "1"
+DOCS_GENERATOR_VERSION = "2"
 MAX_DOC_CHARS = 4000
+NAMESPACE_DEPTH = 2  # how deep namespace objects (``T.cuda``, ``T.ptx.cp``) are listed
 
 
 def package_version(distribution: str) -> str | None:
@@ -40,15 +42,49 @@ def _doc(obj: object) -> str:
     return text if len(text) <= MAX_DOC_CHARS else text[:MAX_DOC_CHARS] + "\n[…]"
 
 
+def _is_namespace(obj: object, package: str) -> bool:
+    """An instance (not a class, function or module) of a type from ``package`` that groups
+    functions as attributes, e.g. TIRx's ``T.cuda`` and ``T.ptx``."""
+    if inspect.isclass(obj) or inspect.ismodule(obj) or callable(obj):
+        return False
+    if type(obj).__module__.split(".")[0] != package:
+        return False
+    return sum(callable(getattr(obj, n, None)) for n in dir(obj) if not n.startswith("_")) >= 2
+
+
+def namespace_reference(path: str, obj: object, package: str, depth: int = 1) -> list[str]:
+    """Markdown for a namespace object's public functions (and nested namespaces)."""
+    lines = [f"## namespace `{path}`", ""]
+    if type(obj).__doc__:
+        lines += [_doc(type(obj)), ""]
+    nested: list[tuple[str, object]] = []
+    for name in sorted(n for n in dir(obj) if not n.startswith("_")):
+        try:
+            member = getattr(obj, name)
+        except Exception:  # noqa: BLE001 - a lazy attribute that fails is left out
+            continue
+        if depth < NAMESPACE_DEPTH and _is_namespace(member, package):
+            nested.append((f"{path}.{name}", member))
+        elif callable(member):
+            lines += [f"### `{path}.{name}{_signature(member)}`", "", _doc(member), ""]
+    for sub_path, sub in nested:
+        lines += namespace_reference(sub_path, sub, package, depth + 1)
+    return lines
+
+
 def module_reference(module: ModuleType) -> str:
     """A Markdown API reference of one module's public classes and functions."""
     lines = [f"# `{module.__name__}`", ""]
+    package = module.__name__.split(".")[0]
     if module.__doc__:
         lines += [_doc(module), ""]
     names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
     for name in sorted(set(names)):
         obj = getattr(module, name, None)
         if obj is None or inspect.ismodule(obj):
+            continue
+        if _is_namespace(obj, package):
+            lines += namespace_reference(name, obj, package)
             continue
         if inspect.isclass(obj):
             lines += [f"## class `{name}{_signature(obj)}`", "", _doc(obj), ""]

@@ -90,7 +90,10 @@ implementation is graded once more; that final evaluation is your result.
 
 There is no GPU and no network in this sandbox. Offline {dsl_name} documentation is in
 `{workdir}/{docs_dir}/` (an API reference generated from the installed package and, where the
-build had them, the DSL's own guide pages under `guides/`).
+build had them, the DSL's own guide pages under `guides/`). `compile_check` (or
+`compile_check path/to/file.py`) compiles your {dsl_name} kernels for the GPU (sm_90a) right
+here, without launching them: it calls `solve` once on small CPU inputs and reports each
+compiled kernel or the compile error, so you can catch errors before you submit.
 
 ## Suggested workflow
 

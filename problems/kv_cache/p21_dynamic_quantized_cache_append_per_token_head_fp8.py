@@ -85,7 +85,8 @@ def _quantize(x: torch.Tensor, scaled: bool = True) -> tuple[torch.Tensor, torch
     dt = compute_dtype(x)
     wide = x.to(dt)
     scale = (wide.abs().amax(dim=-1) / FP8_E4M3_MAX).clamp(min=_SCALE_FLOOR)
-    y = wide / scale.unsqueeze(-1) if scaled else wide
+    # as upstream (and vLLM's kernel): multiply by the reciprocal scale, not divide
+    y = wide * (1.0 / scale.unsqueeze(-1)) if scaled else wide
     q = y.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
     return q.view(torch.uint8), scale
 

@@ -52,9 +52,11 @@ def _backward(grad_output, normalized, rstd, weight, projection: bool = True):
     dy, n = grad_output.to(dt), normalized.to(dt)
     grad_weight = (dy * n).sum(dim=(0, 1))
     gn = dy * weight.to(dt)
+    del dy  # in place from here: the float64 anchor at full scale is ~11 GB per tensor
     if projection:
-        gn = gn - n * (gn * n).mean(dim=-1, keepdim=True)
-    ds = (rstd.to(dt) * gn).to(grad_output.dtype)
+        gn -= n * (gn * n).mean(dim=-1, keepdim=True)
+    gn *= rstd.to(dt)
+    ds = gn.to(grad_output.dtype)
     return ds, ds.clone(), grad_weight.to(weight.dtype)
 
 

@@ -7,15 +7,15 @@ import math
 import pytest
 
 from engine.analysis import metrics, stats
-from engine.analysis.outcomes import Outcome
+from engine.analysis.outcomes import ScoredAttempt
 from engine.analysis.paired import ArmResult, rho, tier, verdict
 
 
 def o(dsl: str, arm: str, passed: bool, runtime: float | None = None, ref: float = 10.0,
       *, problem: str = "p01", model: str = "m", rep: int = 1, family: str = "Attention",
-      blank: bool = False, flags: tuple[str, ...] = ()) -> Outcome:
-    return Outcome(model, problem, family, dsl, arm, rep, passed, runtime,
-                   ref if passed else None, blank, flags)
+      blank: bool = False, flags: tuple[str, ...] = ()) -> ScoredAttempt:
+    return ScoredAttempt(model, problem, family, dsl, arm, rep, passed, runtime,
+                         ref if passed else None, blank, flags)
 
 
 def test_rho_cases() -> None:
@@ -86,7 +86,7 @@ def test_speedup_cap_at_100() -> None:
 
 
 def _problem(problem: str, cute: tuple, tirx: tuple, c2t: tuple | None, t2c: tuple | None,
-             *, blank: bool = False, family: str = "Attention") -> list[Outcome]:
+             *, blank: bool = False, family: str = "Attention") -> list[ScoredAttempt]:
     rows = [o("cute", "solo", *cute, problem=problem, blank=blank, family=family),
             o("tirx", "solo", *tirx, problem=problem, family=family)]
     if c2t is not None:

@@ -8,16 +8,16 @@ import math
 import pytest
 
 from engine.analysis import metrics, stats
-from engine.analysis.outcomes import Outcome
+from engine.analysis.outcomes import ScoredAttempt
 
 
-def o(dsl: str, arm: str, runtime: float, *, problem: str, rep: int = 1) -> Outcome:
-    return Outcome("m", problem, "Attention", dsl, arm, rep, True, runtime, 10.0)
+def o(dsl: str, arm: str, runtime: float, *, problem: str, rep: int = 1) -> ScoredAttempt:
+    return ScoredAttempt("m", problem, "Attention", dsl, arm, rep, True, runtime, 10.0)
 
 
 def pairs(ratios: list[float], rep: int = 1) -> list[metrics.Comparison]:
     """cute→tirx comparisons whose ρ are ``ratios`` (baseline 1 ms, treatment 1/ρ ms)."""
-    rows: list[Outcome] = []
+    rows: list[ScoredAttempt] = []
     for i, ratio in enumerate(ratios):
         p = f"p{i:02d}"
         rows += [

@@ -14,6 +14,7 @@ from cpu_backend import CpuPreviewBackend
 from engine.attempts.observer import MemoryObserver
 from engine.attempts.runner import run_attempt
 from engine.attempts.spec import AttemptSpec, ModelSpec
+from engine.retry import RetryPolicy
 from engine.standins.scripted_llm import (
     WAIT_MARKER,
     Scenario,
@@ -315,7 +316,7 @@ async def test_an_endpoint_that_is_down_fails_the_attempt(tmp_path: Path) -> Non
             model_info=MODEL_INFO,
         ),
         environment_kwargs={"root_dir": str(tmp_path)},
-        max_tries=1,
+        retry=RetryPolicy(max_tries=1),
     )
     outcome = await run_attempt(spec, CpuPreviewBackend(), observer)
     assert outcome.state == "failed"

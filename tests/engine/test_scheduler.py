@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.attempts.spec import AttemptOutcome, AttemptSpec
 from engine.config import parse_config
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
-from engine.scheduler import AttemptJob, AttemptResult, Engine
+from engine.scheduler import Engine
 from engine.standins.simulated import SimulatedBackend, SimulatedRunner
 from storage import queries
 from storage.store import Store
@@ -94,8 +95,8 @@ class CountingRunner:
     finished: list[str] = field(default_factory=list)
     order_violations: list[str] = field(default_factory=list)
 
-    async def __call__(self, job: AttemptJob, backend: GradingBackend, observer: object
-                       ) -> AttemptResult:
+    async def __call__(self, job: AttemptSpec, backend: GradingBackend, observer: object
+                       ) -> AttemptOutcome:
         node = job.node
         if node.source_key and node.source_key not in self.finished:
             self.order_violations.append(node.key)
@@ -162,11 +163,12 @@ class FlakyRunner:
     inner: SimulatedRunner = field(default_factory=lambda: SimulatedRunner(submissions=1))
     tries: dict[int, int] = field(default_factory=dict)
 
-    async def __call__(self, job: AttemptJob, backend: GradingBackend, observer: object
-                       ) -> AttemptResult:
+    async def __call__(self, job: AttemptSpec, backend: GradingBackend, observer: object
+                       ) -> AttemptOutcome:
         self.tries[job.attempt_id] = job.try_number
         if job.try_number == 1:
-            return AttemptResult(state="failed", error="litellm.APIConnectionError: refused")
+            return AttemptOutcome(job.attempt_id, "failed",
+                                  error="litellm.APIConnectionError: refused")
         return await self.inner(job, backend, observer)
 
 
@@ -184,9 +186,9 @@ async def test_failed_endpoint_is_retried_within_three_tries(db_path: Path) -> N
 async def test_always_failing_attempt_stops_after_max_tries(db_path: Path) -> None:
     config = parse_config(CONFIG.replace("replicates = 3", "replicates = 1"))
 
-    async def broken(job: AttemptJob, backend: GradingBackend, observer: object
-                     ) -> AttemptResult:
-        return AttemptResult(state="failed", error="sandbox failed to start")
+    async def broken(job: AttemptSpec, backend: GradingBackend, observer: object
+                     ) -> AttemptOutcome:
+        return AttemptOutcome(job.attempt_id, "failed", error="sandbox failed to start")
 
     with Store(db_path) as store:
         await Engine(store, config, broken, SimulatedBackend()).run()
@@ -242,6 +244,7 @@ async def test_cancel_marks_running_attempts_interrupted_then_resumes(db_path: P
 
 async def test_outer_retry_of_a_failed_grading_reuses_the_submission(db_path: Path) -> None:
     from engine.recording import RecordingBackend
+    from engine.retry import RetryPolicy
 
     @dataclass
     class AlwaysDown:
@@ -263,11 +266,12 @@ async def test_outer_retry_of_a_failed_grading_reuses_the_submission(db_path: Pa
         ids = await store.write(engine._prepare)
         attempt_id = next(iter(ids.values()))
         inner = AlwaysDown()
-        backend = RecordingBackend(inner, store, engine.bus, experiment_id=config.id,
-                                   attempt_id=attempt_id, try_number=1, max_tries=3)
+        backend = RecordingBackend(inner, engine.publisher, experiment_id=config.id,
+                                   attempt_id=attempt_id, try_number=1)
+        policy = RetryPolicy(max_tries=3)
         request = GradeRequest("p28", "cute", "def solve(): pass\n", request_id="s1")
-        first = await backend.grade(request)  # three jobs, all errors
-        second = await backend.grade(request)  # the caller's own retry: same submission
+        first = await policy.grade(backend, request)  # three jobs, all errors
+        second = await policy.grade(backend, request)  # the caller's own retry: same submission
         assert first.verdict == "error" and second.verdict == "preview"
         rows = store.read_sync(lambda db: db.execute(
             "SELECT s.n, count(g.id), sum(g.state='done') FROM submissions s "
@@ -280,11 +284,10 @@ async def test_runner_that_retries_gradings_gets_one_try_per_call(db_path: Path)
 
     @dataclass
     class RetryingRunner:
-        retries_grading: bool = True
         calls: int = 0
 
-        async def __call__(self, job: AttemptJob, backend: GradingBackend, observer: object
-                           ) -> AttemptResult:
+        async def __call__(self, job: AttemptSpec, backend: GradingBackend, observer: object
+                           ) -> AttemptOutcome:
             source = f"final of attempt {job.attempt_id}\n"
             request = GradeRequest(job.node.problem_id, job.node.dsl, source, purpose="final")
             for _ in range(3):  # the runner's own retry loop
@@ -292,7 +295,7 @@ async def test_runner_that_retries_gradings_gets_one_try_per_call(db_path: Path)
                 final = await backend.grade(request)
                 if final.verdict != "error":
                     break
-            return AttemptResult(state="finished", final=final, skill="s")
+            return AttemptOutcome(job.attempt_id, "finished", final_feedback=final, skill="s")
 
     config = parse_config(CONFIG.replace("replicates = 3", "replicates = 1"))
     runner = RetryingRunner()
