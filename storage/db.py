@@ -121,8 +121,7 @@ def inspect_file(path: Path) -> SchemaStatus:
             ]
         else:
             user_tables = conn.execute(
-                "SELECT count(*) FROM sqlite_master WHERE type='table' "
-                "AND name NOT LIKE 'sqlite_%'"
+                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
             ).fetchone()[0]
             if user_tables:
                 raise StorageError(

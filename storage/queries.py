@@ -364,8 +364,7 @@ def skill(db: Database, skill_id: int) -> SkillRow | None:
 
 def skills_of(db: Database, attempt_id: int) -> list[SkillRow]:
     """Every version of an attempt's SKILL.md, oldest first (one row per change seen)."""
-    return _rows(db, SkillRow, "SELECT * FROM skills WHERE attempt_id=? ORDER BY id",
-                 [attempt_id])
+    return _rows(db, SkillRow, "SELECT * FROM skills WHERE attempt_id=? ORDER BY id", [attempt_id])
 
 
 def implementation(db: Database, attempt_id: int) -> str | None:

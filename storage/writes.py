@@ -6,14 +6,36 @@ transaction, so another process tailing ``events`` by id never sees an event bef
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from sqlite_utils import Database
 
 from storage.db import now
+from storage.event_rows import append_event, append_events, text_hash
+from storage.skill_writes import add_label, add_skill, ensure_edited_skill
+
+__all__ = [
+    "ACTIVE_STATES",
+    "add_label",
+    "add_skill",
+    "add_step",
+    "add_submission",
+    "append_event",
+    "append_events",
+    "create_experiment",
+    "ensure_attempt",
+    "ensure_edited_skill",
+    "finish_grading_job",
+    "interrupt_active",
+    "mark_experiment_preview",
+    "set_experiment_state",
+    "start_grading_job",
+    "text_hash",
+    "update_attempt",
+    "upsert_comparison",
+]
 
 ACTIVE_STATES = ("queued", "running", "final_eval")  # an attempt in flight
 _ATTEMPT_UPDATABLE = {
@@ -42,47 +64,6 @@ _ATTEMPT_UPDATABLE = {
     "budget_s",
     "unsafe_no_jail",
 }
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def append_event(
-    db: Database,
-    kind: str,
-    payload: Mapping[str, Any] | None = None,
-    *,
-    experiment_id: str | None = None,
-    attempt_id: int | None = None,
-) -> int:
-    """Append one event; returns its id (monotonic, never reused)."""
-    cur = db.execute(
-        "INSERT INTO events (experiment_id, attempt_id, kind, payload_json, created_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [experiment_id, attempt_id, kind, json.dumps(dict(payload or {}), default=str), now()],
-    )
-    return int(cur.lastrowid or 0)
-
-
-def append_events(db: Database, rows: Iterable[Mapping[str, Any]]) -> int:
-    """Append many events: each row has ``kind`` and optional payload/experiment/attempt ids."""
-    stamp = now()
-    cur = db.conn.executemany(
-        "INSERT INTO events (experiment_id, attempt_id, kind, payload_json, created_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [
-            (
-                r.get("experiment_id"),
-                r.get("attempt_id"),
-                r["kind"],
-                json.dumps(dict(r.get("payload") or {}), default=str),
-                stamp,
-            )
-            for r in rows
-        ],
-    )
-    return cur.rowcount
 
 
 def create_experiment(
@@ -130,9 +111,7 @@ def create_experiment(
 
 def mark_experiment_preview(db: Database, experiment_id: str) -> None:
     """Label an experiment PREVIEW (some verdict came from CPU preview grading)."""
-    db.execute(
-        "UPDATE experiments SET preview=1, updated_at=? WHERE id=?", [now(), experiment_id]
-    )
+    db.execute("UPDATE experiments SET preview=1, updated_at=? WHERE id=?", [now(), experiment_id])
     append_event(db, "experiment_preview", {}, experiment_id=experiment_id)
 
 
@@ -198,9 +177,13 @@ def interrupt_active(
     """Mark the experiment's attempts still queued, running or in final evaluation as
     interrupted (one ``attempt_interrupted`` event each); returns their ids."""
     marks = ", ".join("?" for _ in ACTIVE_STATES)
-    ids = [int(row[0]) for row in db.execute(
-        f"SELECT id FROM attempts WHERE experiment_id=? AND state IN ({marks}) ORDER BY id",
-        [experiment_id, *ACTIVE_STATES]).fetchall()]
+    ids = [
+        int(row[0])
+        for row in db.execute(
+            f"SELECT id FROM attempts WHERE experiment_id=? AND state IN ({marks}) ORDER BY id",
+            [experiment_id, *ACTIVE_STATES],
+        ).fetchall()
+    ]
     fields: dict[str, Any] = {"state": "interrupted", "error": error}
     if ended_at is not None:
         fields["ended_at"] = ended_at
@@ -383,68 +366,6 @@ def finish_grading_job(
     )
 
 
-def add_skill(
-    db: Database,
-    text: str,
-    *,
-    attempt_id: int | None = None,
-    kind: str = "collected",
-    author: str = "",
-    parent_skill_id: int | None = None,
-) -> int:
-    """Store a skill text (collected from an attempt or edited by a person)."""
-    skill_id = int(
-        db.table("skills")
-        .insert(
-            {
-                "attempt_id": attempt_id,
-                "kind": kind,
-                "text": text,
-                "text_hash": text_hash(text),
-                "author": author,
-                "parent_skill_id": parent_skill_id,
-                "created_at": now(),
-            }
-        )
-        .last_pk  # type: ignore[arg-type]
-    )
-    append_event(
-        db, "skill_updated", {"skill_id": skill_id, "kind": kind}, attempt_id=attempt_id
-    )
-    return skill_id
-
-
-def ensure_edited_skill(
-    db: Database, text: str, source_skill_id: int | None, *, author: str = "config"
-) -> int:
-    """An edited skill with this text that descends from ``source_skill_id`` (the one a
-    person saved before launching it, maybe an edit of an edit), else a new one whose parent
-    is ``source_skill_id``; returns its id."""
-    for (skill_id,) in db.execute(
-        "SELECT id FROM skills WHERE kind='edited' AND text_hash=? ORDER BY id", [text_hash(text)]
-    ).fetchall():
-        if _descends_from(db, int(skill_id), source_skill_id):
-            return int(skill_id)
-    return add_skill(db, text, kind="edited", author=author, parent_skill_id=source_skill_id)
-
-
-def _descends_from(db: Database, skill_id: int, ancestor_id: int | None) -> bool:
-    """Whether ``ancestor_id`` is on the parent chain of ``skill_id`` (None: it has no
-    parent)."""
-    seen: set[int] = set()
-    current: int | None = skill_id
-    while current is not None and current not in seen:
-        seen.add(current)
-        row = db.execute("SELECT parent_skill_id FROM skills WHERE id=?", [current]).fetchone()
-        parent = row[0] if row else None
-        if ancestor_id is None:
-            return parent is None and current == skill_id
-        if parent == ancestor_id:
-            return True
-        current = parent
-    return False
-
-
 def upsert_comparison(db: Database, experiment_id: str, **fields: Any) -> None:
     """Insert or refresh one comparison (unique per model/problem/direction/replicate/round)."""
     record = {"experiment_id": experiment_id, "updated_at": now(), **fields}
@@ -464,55 +385,4 @@ def upsert_comparison(db: Database, experiment_id: str, **fields: Any) -> None:
         "comparison_updated",
         {k: fields.get(k) for k in ("model", "problem_id", "direction", "rho", "verdict")},
         experiment_id=experiment_id,
-    )
-
-
-def add_label(
-    db: Database,
-    *,
-    task: str,
-    subject_type: str,
-    subject_id: int,
-    category: str,
-    value: str,
-    annotator: str,
-    annotator_kind: str,
-    evidence: str = "",
-    rubric_hash: str = "",
-    raw_reply: str | None = None,
-    tokens_in: int = 0,
-    tokens_out: int = 0,
-    cost_usd: float = 0.0,
-) -> None:
-    """Record (or replace) one annotator's label for one subject and category."""
-    db.execute(
-        "INSERT INTO labels (task, subject_type, subject_id, category, value, evidence, "
-        "annotator, annotator_kind, rubric_hash, raw_reply, tokens_in, tokens_out, cost_usd, "
-        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (task, subject_type, subject_id, category, annotator) DO UPDATE SET "
-        "value=excluded.value, evidence=excluded.evidence, rubric_hash=excluded.rubric_hash, "
-        "raw_reply=excluded.raw_reply, tokens_in=excluded.tokens_in, "
-        "tokens_out=excluded.tokens_out, cost_usd=excluded.cost_usd, "
-        "created_at=excluded.created_at",
-        [
-            task,
-            subject_type,
-            subject_id,
-            category,
-            value,
-            evidence,
-            annotator,
-            annotator_kind,
-            rubric_hash,
-            raw_reply,
-            tokens_in,
-            tokens_out,
-            cost_usd,
-            now(),
-        ],
-    )
-    append_event(
-        db,
-        "label_added",
-        {"task": task, "subject_id": subject_id, "category": category, "annotator": annotator},
     )

@@ -78,6 +78,26 @@ class CallEvidence:
                 )
             self.launches.append(launches)
 
+    def launch_evidence(self) -> None:
+        """Launches per call, the kernel audit and the bypass call (DSL checks on)."""
+        result = self.result
+        if not self.job.get("dsl_checks"):
+            result["bypass"] = "skipped: no GPU"
+            result["dsl_launches_per_call"] = None
+            return
+        result["dsl_launches_per_call"] = sum(self.launches) / max(1, len(self.launches))
+        self.audit_kernels()
+        self.phase("bypass")
+        start = time.monotonic()
+        result["bypass"] = self.bypass_test()
+        self.timed("bypass", start)
+        if result["bypass"] == "still_valid":
+            raise Rejected(
+                "dsl.bypass_still_valid",
+                "outputs still pass with the DSL "
+                "launches skipped: the DSL kernels do not produce the outputs",
+            )
+
     def speed_of_light(self) -> None:
         from problems.sol import hardware_for, sol_estimate
 

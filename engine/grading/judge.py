@@ -351,22 +351,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.settle_timing()
 
         self.speed_of_light()
-        if not self.job.get("dsl_checks"):
-            result["bypass"] = "skipped: no GPU"
-            result["dsl_launches_per_call"] = None
-        else:
-            result["dsl_launches_per_call"] = sum(self.launches) / max(1, len(self.launches))
-            self.audit_kernels()
-            self.phase("bypass")
-            start = _monotonic()
-            result["bypass"] = self.bypass_test()
-            self.timed("bypass", start)
-            if result["bypass"] == "still_valid":
-                raise Rejected(
-                    "dsl.bypass_still_valid",
-                    "outputs still pass with the DSL "
-                    "launches skipped: the DSL kernels do not produce the outputs",
-                )
+        self.launch_evidence()
         if self.cuda:
             result["judge_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         result["verdict"] = "pass" if self.cuda else "preview"
