@@ -27,9 +27,9 @@ SOURCE = (
 LICENSE = "Apache-2.0"
 NOTES = (
     "sm_scale and the per-token selection counts are those of the record (one token selects "
-    "the full 2048 of a 2161-token context); which context tokens the long row keeps, the "
-    "pages holding each token's context and all values are re-drawn per seed. Indices are "
-    "listed in ascending order, padding (−1) at the end."
+    "2048 of a 2161-token context, in the record's exact runs of positions); the pages holding "
+    "each token's context and all values are re-drawn per seed. Indices are listed in "
+    "ascending order, padding (−1) at the end."
 )
 WORKLOAD = {
     "heads": 16, "ckv_dim": 512, "kpe_dim": 64, "page_size": 64, "topk": 2048, "pages": 6465,
@@ -40,11 +40,26 @@ WORKLOAD = {
         154, 51, 121, 25, 16, 5, 19, 12, 44, 124, 33, 1157, 9, 5, 1319, 300, 23, 35, 389, 8,
     ),
     "long_row": 2, "long_context": 2161,
+    "long_row_runs": (
+        (0, 53), (54, 10), (65, 25), (91, 11), (103, 42), (146, 12), (159, 65), (225, 7), (233, 3),
+        (237, 40), (278, 1), (280, 12), (293, 13), (307, 8), (316, 1), (318, 5), (324, 4),
+        (329, 3), (333, 3), (337, 21), (359, 14), (374, 1), (377, 1), (379, 24), (404, 110),
+        (515, 13), (529, 20), (550, 6), (557, 41), (599, 16), (616, 14), (631, 15), (647, 10),
+        (658, 6), (665, 24), (691, 11), (703, 15), (719, 10), (730, 21), (752, 21), (774, 26),
+        (801, 28), (830, 7), (838, 11), (850, 1), (852, 12), (865, 18), (884, 5), (890, 1),
+        (892, 1), (894, 9), (904, 11), (916, 10), (927, 12), (940, 4), (946, 23), (970, 7),
+        (978, 6), (985, 29), (1015, 5), (1021, 22), (1045, 13), (1059, 37), (1097, 10), (1108, 42),
+        (1151, 1), (1153, 30), (1184, 2), (1187, 31), (1219, 33), (1253, 8), (1262, 102),
+        (1366, 54), (1421, 98), (1520, 19), (1540, 23), (1564, 7), (1572, 31), (1604, 35),
+        (1640, 21), (1662, 4), (1668, 10), (1681, 4), (1688, 15), (1706, 4), (1711, 13), (1725, 3),
+        (1729, 1), (1731, 3), (1736, 12), (1749, 47), (1798, 70), (1869, 108), (1978, 2),
+        (1981, 9), (1992, 6), (1999, 31), (2031, 24), (2056, 105),
+    ),
 }
 SMOKE = {
     "heads": 4, "ckv_dim": 32, "kpe_dim": 8, "page_size": 4, "topk": 16, "pages": 40,
     "sm_scale": 0.1352337788608801, "select_lens": (3, 16, 7, 1, 12, 5),
-    "long_row": 1, "long_context": 21,
+    "long_row": 1, "long_context": 21, "long_row_runs": ((0, 5), (6, 3), (10, 6), (18, 2)),
 }
 INPUTS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "sparse_indices", "sm_scale")
 OUTPUTS = ("output", "lse")
@@ -59,13 +74,15 @@ def _sparse_indices(g: torch.Generator, device: str, w: Workload) -> torch.Tenso
     perm = randperm(g, w.pages, device)[: sum(pages_per_row)]
     out = torch.full((tokens, w.topk), -1, dtype=torch.int32, device=device)
     cursor = 0
-    for b, (count, context) in enumerate(zip(w.select_lens, contexts)):
+    for b, count in enumerate(w.select_lens):
         pages = perm[cursor : cursor + pages_per_row[b]]
         cursor += pages_per_row[b]
-        logical = torch.arange(context, device=device)
-        if context > count:
-            keep = randperm(g, context, device)[:count]
-            logical = logical[keep]
+        if b == w.long_row:
+            logical = torch.cat(
+                [torch.arange(s, s + n, device=device) for s, n in w.long_row_runs]
+            )
+        else:
+            logical = torch.arange(count, device=device)
         token = pages[logical // w.page_size] * w.page_size + logical % w.page_size
         out[b, :count] = token.sort().values.to(torch.int32)
     return out

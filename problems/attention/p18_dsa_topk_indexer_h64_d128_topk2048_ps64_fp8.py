@@ -6,7 +6,7 @@ page block_table[b, i // 64] at offset i % 64. With k = e4m3 key × its scale, t
 token i is Σ_h weights[b, h] · relu(q[b, h] · k_i) (weights float32 [B, 64]). The output row b
 (int32 [B, 2048]) holds the global ids (page · 64 + offset) of the min(2048, seq_len)
 highest-scoring tokens, listed in increasing token position (not id), followed by −1 padding;
-it is compared exactly. ``topk`` (2048) is passed as a Python int."""
+it is compared exactly. The selection size is fixed at 2048."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ NOTES = (
     "queries, keys, per-token scales and head weights are re-drawn per seed. The head weights "
     "are redrawn until, for every sequence longer than 2048, the 2048th and 2049th scores "
     "differ by at least DECISION_MARGIN, so the float32 and float64 references pick the same "
-    "tokens. topk is passed as a trailing int argument."
+    "tokens. As upstream, top-k is fixed at 2048 (smoke scale keeps it, with two sequences "
+    "longer than 2048). Deviation from upstream: the output is a bare tensor, not a 1-tuple, "
+    "since the contract returns a single output bare."
 )
 WORKLOAD = {
     "heads": 64, "head_dim": 128, "page_size": 64, "topk": 2048, "pages": 11923,
@@ -40,14 +42,15 @@ WORKLOAD = {
     ),
 }
 SMOKE = {
-    "heads": 4, "head_dim": 16, "page_size": 4, "topk": 8, "pages": 30, "table_width": 4,
-    "seq_lens": (5, 13, 2, 8, 11),
+    "heads": 4, "head_dim": 16, "page_size": 4, "topk": 2048, "pages": 1100,
+    "table_width": 516, "seq_lens": (5, 2061, 13, 2050, 11),
 }
-INPUTS = ("q_index_fp8", "k_index_cache_fp8", "weights", "seq_lens", "block_table", "topk")
+INPUTS = ("q_index_fp8", "k_index_cache_fp8", "weights", "seq_lens", "block_table")
 OUTPUTS = ("topk_indices",)
 INPLACE: dict[str, str] = {}
 DECISION_MARGIN = 1e-3
 _REDRAWS = 64
+_TOPK = 2048  # fixed by the problem, as upstream's reference hard-codes it
 
 
 def _pack_cache(values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -112,7 +115,7 @@ def make_inputs(seed: int, device: str, w: Workload) -> list:
     for _ in range(_REDRAWS):
         weights = randn(g, (batch, w.heads), torch.float32, device)
         if _margin_ok(q, cache, weights, w, block_table):
-            return [q, cache, weights, seq_lens, block_table, w.topk]
+            return [q, cache, weights, seq_lens, block_table]
     raise ValueError(f"top-k margins stay under {DECISION_MARGIN} after {_REDRAWS} redraws")
 
 
@@ -127,17 +130,17 @@ def _margin_ok(q, cache, weights, w: Workload, block_table) -> bool:
     return True
 
 
-def reference(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, topk):
-    return _select(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, topk)
+def reference(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table):
+    return _select(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, _TOPK)
 
 
-def dropped_term(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, topk):
+def dropped_term(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table):
     """Mutant: forgets the ReLU on the per-head scores."""
-    return _select(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, topk,
+    return _select(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, _TOPK,
                    use_relu=False)
 
 
-def reordered(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, topk):
+def reordered(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table):
     """Valid alternative: every sequence at once over padded pages, weights folded into the
     head reduction as a matrix product, positions past seq_len masked to −inf."""
     dt = compute_dtype(weights)
@@ -150,7 +153,7 @@ def reordered(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, to
     pos = torch.arange(width * page_size, device=scores.device)
     lens = seq_lens.long().unsqueeze(1)
     scores = scores.masked_fill(pos >= lens, -torch.inf)
-    k = min(topk, width * page_size)
+    k = min(_TOPK, width * page_size)
     chosen = torch.topk(scores, k).indices
     key = torch.where(chosen < lens, chosen, torch.full_like(chosen, width * page_size))
     key = key.sort(dim=1).values
@@ -158,7 +161,7 @@ def reordered(q_index_fp8, k_index_cache_fp8, weights, seq_lens, block_table, to
     safe = key.clamp(max=width * page_size - 1)
     ids = pages.gather(1, safe // page_size) * page_size + safe % page_size
     ids = torch.where(valid, ids, torch.full_like(ids, -1)).to(torch.int32)
-    out = torch.full((batch, topk), -1, dtype=torch.int32, device=scores.device)
+    out = torch.full((batch, _TOPK), -1, dtype=torch.int32, device=scores.device)
     out[:, :k] = ids
     return out
 

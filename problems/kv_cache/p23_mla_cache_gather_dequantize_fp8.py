@@ -30,8 +30,9 @@ SOURCE = (
 )
 LICENSE = "Apache-2.0"
 NOTES = (
-    "The scale is passed as a one-element float32 tensor (as vLLM's kernel takes it) so the "
-    "float64 anchor is exact. Request lengths are a random ragged split of the total and every "
+    "Deviation from upstream (a Python float scale): the scale is a one-element float32 tensor "
+    "(as vLLM's kernel takes it) because the contract's float64 anchor follows float tensor "
+    "inputs and this problem has no other. Request lengths are a random ragged split of the total and every "
     "request's block table is an independent permutation of the pool, re-drawn per seed."
 )
 WORKLOAD = {"num_blocks": 1024, "block_size": 16, "entry": 576, "requests": 8,

@@ -26,9 +26,10 @@ SOURCE = (
 )
 LICENSE = "Apache-2.0"
 NOTES = (
-    "Workload of the upstream test (16 blocks of 64, 3 requests, 641 tokens). The bfloat16 "
-    "destination buffer is an in-place input, as in the vLLM kernel; its dtype sets the output "
-    "dtype, so the float64 anchor keeps the exact products. Request lengths and disjoint block "
+    "Workload of the upstream test (16 blocks of 64, 3 requests, 641 tokens). Deviation from "
+    "upstream (which returns a new tensor): the bfloat16 destination is an in-place input, as "
+    "in the vLLM kernel, because the contract's float64 anchor follows float tensor inputs and "
+    "the cache is uint8. Request lengths and disjoint block "
     "assignments are re-drawn per seed."
 )
 WORKLOAD = {"num_blocks": 16, "block_size": 64, "requests": 3, "total_tokens": 641}

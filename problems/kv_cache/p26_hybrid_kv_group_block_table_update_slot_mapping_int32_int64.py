@@ -32,18 +32,18 @@ LICENSE = "Apache-2.0"
 NOTES = (
     "Three KV groups as in the upstream test. Each request receives two staged writes (two "
     "permutations of the requests), with random overwrite flags and 0 to 4 staged ids per "
-    "group; initial per-request block counts are drawn in [0, 8] so appends start mid-row. "
+    "group; initial per-request block counts are 0 (fresh tables), as upstream draws them. "
     "Request lengths, positions and the batch order are re-drawn per seed."
 )
 WORKLOAD: dict[str, Any] = {
     "requests": 64, "max_tokens": 4096, "table_widths": (512, 1024, 512),
     "block_sizes": (16, 32, 8), "kernel_block_sizes": (16, 16, 8), "stage_capacity": 4,
-    "id_pool": 2048, "initial_count_max": 8,
+    "id_pool": 2048,
 }
 SMOKE = {
     "requests": 8, "max_tokens": 64, "table_widths": (32, 64, 32),
     "block_sizes": (16, 32, 8), "kernel_block_sizes": (16, 16, 8), "stage_capacity": 4,
-    "id_pool": 64, "initial_count_max": 8,
+    "id_pool": 64,
 }
 INPUTS = (
     "block_table_0", "block_table_1", "block_table_2", "num_blocks", "write_requests",
@@ -62,7 +62,7 @@ def make_inputs(seed: int, device: str, w: Workload) -> list:
         randint(g, 0, w.id_pool, (w.requests, width), device, torch.int32)
         for width in w.table_widths
     ]
-    num_blocks = randint(g, 0, w.initial_count_max + 1, (groups, w.requests), device, torch.int32)
+    num_blocks = torch.zeros((groups, w.requests), device=device, dtype=torch.int32)
     write_requests = torch.cat(
         [randperm(g, w.requests, device), randperm(g, w.requests, device)]
     ).to(torch.int32)
