@@ -5,6 +5,8 @@ of a compiled function, direct ``@cute.jit`` calls included), ``JitCompiledFunct
 run_compiled_program`` (first call, before the cubin loads) and the TVM-FFI provider's
 ``__call__``; TIRx's ``tvm_ffi.Module.get_function`` (functions of modules whose import tree
 holds CUDA code are wrapped). With ``bypass`` on, hooked calls return without launching.
+tests/grading/test_dsl_launch_paths.py runs every path on the real DSLs on a CPU (CuTe's
+default executor and ``--enable-tvm-ffi`` called with torch tensors; TIRx through TVM-FFI).
 
 The DSLs are optional: :func:`install` returns ``None`` when the DSL cannot be imported, and
 nothing here is imported at module load, so this file imports cleanly anywhere.

@@ -29,6 +29,7 @@ from engine.tasks.docs import build_docs, package_version
 from engine.tasks.dsls import DslInfo, dsl_info
 from engine.tasks.final_eval_script import FINAL_EVAL_PY, TEST_SH
 from engine.tasks.guides import copy_guides, guides_digest
+from engine.tasks.launch_guide import LAUNCH_GUIDE_FILE, render_launch_guide
 from engine.tasks.submit_script import MAILBOX, SUBMIT_PATH, render_submit_script
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ def inputs_hash(
         problem_source,
         *(name.encode() + data for name, data in vendored_problem_files(problem_source).items()),
         Path(ins.__file__).read_bytes(),
+        render_launch_guide(dsl).encode(),
         render_submit_script(MAX_SOURCE_BYTES).encode(),
         render_compile_check_script().encode(),
         FINAL_EVAL_PY.encode(),
@@ -303,6 +305,12 @@ def _write_environment(env_dir: Path, info: DslInfo) -> dict[str, Any]:
     docs_summary = build_docs(info, env_dir / ins.DOCS_DIR)
     docs_summary["guides"] = copy_guides(info.key, env_dir / ins.DOCS_DIR / "guides")
     _index_guides(env_dir / ins.DOCS_DIR / "README.md", docs_summary["guides"])
+    (env_dir / ins.DOCS_DIR / LAUNCH_GUIDE_FILE).write_text(render_launch_guide(info))
+    with (env_dir / ins.DOCS_DIR / "README.md").open("a") as fh:
+        fh.write(
+            f"\n## Calling kernels\n\n- [{LAUNCH_GUIDE_FILE}]({LAUNCH_GUIDE_FILE}): the "
+            "lowest-overhead way to call a compiled kernel from `solve`, with measured costs\n"
+        )
     return docs_summary
 
 

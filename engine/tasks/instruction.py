@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.tasks.dsls import DslInfo
+from engine.tasks.launch_guide import LAUNCH_GUIDE_FILE
 
 WORKDIR = "/workspace"
 SOLUTION_FILE = "solution.py"
@@ -94,6 +95,9 @@ build had them, the DSL's own guide pages under `guides/`). `compile_check` (or
 `compile_check path/to/file.py`) compiles your {dsl_name} kernels for the GPU (sm_90a) right
 here, without launching them: it calls `solve` once on small CPU inputs and reports each
 compiled kernel or the compile error, so you can catch errors before you submit.
+`{workdir}/{docs_dir}/{launch_guide}` shows the lowest-overhead way to compile a {dsl_name} kernel
+once and call it from every `solve`, with measured host costs: the time of each call includes
+the host work around its launches.
 
 ## Suggested workflow
 
@@ -130,6 +134,7 @@ def render_instruction(params: InstructionParams) -> str:
         skill_file=SKILL_FILE,
         contract_file=CONTRACT_FILE,
         docs_dir=DOCS_DIR,
+        launch_guide=LAUNCH_GUIDE_FILE,
         max_kb=MAX_SOURCE_KB,
         max_submissions=params.max_submissions,
         budget_minutes=params.budget_minutes,

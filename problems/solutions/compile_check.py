@@ -3,7 +3,7 @@
 Run with an interpreter that has torch and both DSLs (the repo's venv has neither DSL):
 
     CUTE_DSL_ARCH=sm_90a CUDA_PATH=<toolkit or header shim> \\
-        DSL_PYTHON -m problems.solutions.compile_check [p28 ...]
+        DSL_PYTHON -m problems.solutions.compile_check [p28 ... | path/to/pNN_dsl_x.py ...]
 
 Each solution is called once on the problem's smoke inputs on the CPU, with the DSL's compile
 entry point wrapped so that compiled kernels are kept but their launches do nothing (a launch
@@ -27,9 +27,14 @@ HERE = Path(__file__).resolve().parent
 
 
 def solution_files(only: list[str]) -> list[Path]:
-    """Solution files ``pNN_<dsl>.py``, optionally restricted to problem ids."""
+    """Solution files ``pNN_<dsl>.py``, optionally restricted to problem ids; arguments ending
+    in ``.py`` name files directly (``variants/pNN_<dsl>_<what>.py``)."""
+    paths = [Path(o) for o in only if o.endswith(".py")]
+    ids = [o for o in only if not o.endswith(".py")]
+    if paths and not ids:
+        return paths
     files = sorted(HERE.glob("p[0-9][0-9]_*.py"))
-    return [f for f in files if not only or f.name.split("_")[0] in only]
+    return paths + [f for f in files if not ids or f.name.split("_")[0] in ids]
 
 
 class _NoLaunch:
@@ -94,7 +99,7 @@ def check_one(path: Path) -> str:
     """Compile one solution; returns a one-line summary (raises on failure)."""
     from problems.registry import get
 
-    problem_id, dsl = path.stem.split("_", 1)
+    problem_id, dsl = path.stem.split("_")[:2]  # variants: pNN_<dsl>_<what>.py
     problem = get(problem_id)
     inputs = problem.module.make_inputs(0, "cpu", problem.smoke)
     stub_launches(dsl)
