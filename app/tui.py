@@ -39,6 +39,7 @@ from screens.base import ChangeCollector, Changes
 from screens.help import HelpScreen
 from screens.launch import LaunchScreen
 from screens.lift import LiftScreen
+from screens.live_reply import LiveReplies, LiveReply
 from screens.palette import JumpProvider
 from screens.rubric import RubricScreen
 from screens.transfer import TransferScreen
@@ -143,6 +144,8 @@ class MkbApp(App[int]):
         self.redraw_interval = redraw_interval
         self.changes: Signal[Changes] = Signal(self, "changes")
         self.collector = ChangeCollector()
+        self.replies: Signal[frozenset[int]] = Signal(self, "replies")  # attempts' live text
+        self.live_replies = LiveReplies()
         self.experiment_id: str | None = None
         self.last_event_id = 0
         self.engine: Any = None
@@ -301,8 +304,13 @@ class MkbApp(App[int]):
         gate = engine.gate
         return f"grading {gate.in_flight}/{gate.slots} busy, {gate.waiting} waiting"
 
+    def live_reply(self, attempt_id: int) -> LiveReply | None:
+        """The reply the attempt's model is streaming (cleaned), until its step is stored."""
+        return self.live_replies.get(attempt_id)
+
     def _on_engine_event(self, event: Event) -> None:
-        self.collector.add(event.kind, event.attempt_id)
+        if not self.live_replies.absorb(event):  # streamed text: nothing stored to re-read
+            self.collector.add(event.kind, event.attempt_id)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
@@ -359,6 +367,9 @@ class MkbApp(App[int]):
         if self.collector.dirty:
             self.redraws += 1
             self.changes.publish(self.collector.take())
+        replies = self.live_replies.take_updated()
+        if replies:
+            self.replies.publish(replies)
 
     async def poll_events_once(self) -> int:
         rows = await self.read(queries.events_after, self.last_event_id, limit=5000)

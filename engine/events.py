@@ -217,6 +217,19 @@ class StepRecorded(Event):
     step_index: int = 0
 
 
+@kind("model_reply_streamed", Area.ATTEMPTS, Row.LIVE)
+@dataclass(frozen=True)
+class ModelReplyStreamed(Event):
+    """Text a model reply gained while it streams (throttled by the runner; no row: the
+    finished reply is stored as a step). ``offset`` is the reply's length before ``text``."""
+
+    try_number: int = 1
+    reply: int = 0
+    offset: int = 0
+    text: str = ""
+    done: bool = False
+
+
 @kind("skill_updated", Area.ATTEMPTS, Row.WRITE)
 @dataclass(frozen=True)
 class SkillUpdated(Event):

@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from engine.attempts.observer import ReplyDelta
 from engine.attempts.spec import AttemptId
 from engine.events import (
     AttemptNote,
     FeedbackReturned,
     GradingStarted,
+    ModelReplyStreamed,
     Publisher,
     SkillUpdated,
     StepRecorded,
@@ -97,6 +99,20 @@ class StoreObserver:
             index,
             try_number=self.try_number,
             **step_fields(step),
+        )
+
+    async def reply_streamed(self, attempt_id: AttemptId, delta: ReplyDelta) -> None:
+        """A reply's new text, for live readers only (no row: the step is stored)."""
+        self.publisher.notify(
+            ModelReplyStreamed(
+                self.experiment_id,
+                self.attempt_id,
+                try_number=self.try_number,
+                reply=delta.reply,
+                offset=delta.offset,
+                text=delta.text,
+                done=delta.done,
+            )
         )
 
     async def submission_received(self, attempt_id: AttemptId, n: int, source: str) -> None:

@@ -3,8 +3,9 @@ of the speedup and % of speed of light per submission, and a side-by-side diff o
 implementation or skill between two submissions.
 
 Live: new trajectory steps are fetched incrementally (``steps(after_id=…)``) and appended to
-the log in one batch per redraw; submissions, skill and outcome are re-read when the
-attempt's events arrive. Everything the agent wrote is shown as plain text.
+the log in one batch per redraw; the reply the model is streaming shows as a tail under them
+(``screens/live_reply.py``) until its step is stored; submissions, skill and outcome are
+re-read when the attempt's events arrive. Everything the agent wrote is shown as plain text.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from textual.widgets import Footer, RichLog, Select, Static, TabbedContent, TabP
 from screens.app_bar import AppBar
 from screens.base import Changes, LiveScreen, host
 from screens.diffs import DiffPanel, submission_text
+from screens.live_reply import ReplyTail
 from screens.plots import (
     PlotPanel,
     sol_caption,
@@ -123,6 +125,7 @@ class AttemptDetailScreen(LiveScreen):
         with TabbedContent(initial="trajectory", id="detail-tabs"):
             with TabPane("Trajectory", id="trajectory"):
                 yield TrajectoryLog(id="trajectory-log")
+                yield ReplyTail(id="reply-tail")
             with TabPane("Feedback", id="feedback"), VerticalScroll():
                 yield Static(id="submissions", markup=False)
             with TabPane("Skill", id="skill"), VerticalScroll():
@@ -141,6 +144,7 @@ class AttemptDetailScreen(LiveScreen):
 
     def on_mount(self) -> None:
         host(self).changes.subscribe(self, self.on_changes)
+        host(self).replies.subscribe(self, self.on_replies)
         self.load()
 
     @work(exclusive=True, group="detail-load", exit_on_error=False)
@@ -169,6 +173,7 @@ class AttemptDetailScreen(LiveScreen):
         elif self.step_count == 0 and not self._placeholder:
             log.write(Text("no trajectory steps recorded yet", style="dim"))
             self._placeholder = True
+        self.query_one(ReplyTail).show(host(self).live_reply(self.attempt_id))  # after steps
         subs_view = (Group(*(submission_renderable(s) for s in subs)) if subs
                      else Text("no submissions yet", style="dim"))
         self.query_one("#submissions", Static).update(subs_view)
@@ -188,6 +193,13 @@ class AttemptDetailScreen(LiveScreen):
             self._comparisons_stale = True
         if changes.touches(self.attempt_id) or changes.comparisons:
             self.reload_or_defer()
+
+    def on_replies(self, attempt_ids: frozenset[int]) -> None:
+        """The streaming reply grew; one that ended is hidden by :meth:`load`, together with
+        the arrival of its step."""
+        reply = host(self).live_reply(self.attempt_id) if self.attempt_id in attempt_ids else None
+        if reply is not None:
+            self.query_one(ReplyTail).show(reply)
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from textual.binding import Binding, BindingType
 from textual.dom import DOMNode
@@ -18,6 +18,9 @@ from textual.signal import Signal
 from textual.widget import Widget
 
 from engine.events import Area, area_of
+
+if TYPE_CHECKING:
+    from screens.live_reply import LiveReply
 
 T = TypeVar("T")
 
@@ -93,12 +96,15 @@ class TuiHost(Protocol):
     """The App's services used by screens."""
 
     changes: Signal[Changes]
+    replies: Signal[frozenset[int]]  # attempts whose streaming reply changed
     read_only: bool
     experiment_id: str | None
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
     def now(self) -> datetime: ...
+
+    def live_reply(self, attempt_id: int) -> LiveReply | None: ...
 
     def grading_status(self) -> str | None:
         """The App-owned engine's grading slots ("2/4 busy, 3 waiting"), None without one."""

@@ -6,6 +6,10 @@ try id) to an async sink, and the agent's ``channel`` kwarg names it. Likewise
 :func:`set_llm_limit` bounds the model calls in flight per key (the engine uses the model
 name), and the agent's ``llm_limit`` kwarg names the key: attempts of one model then share
 that many concurrent calls while their other turns (commands, feedback waits) overlap.
+
+A channel may also take the model's reply as it streams (``register_channel(..., reply=)``):
+the agent then calls its model through :class:`~engine.attempts.live_llm.StreamingLiteLLM`,
+which reports the growing text (throttled) before the finished turn arrives as a step.
 """
 
 from __future__ import annotations
@@ -16,20 +20,31 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harbor.agents.terminus_2.terminus_2 import Terminus2, Terminus2Options
+from harbor.llms.base import BaseLLM, LLMBackend
+from harbor.llms.litellm_config import configure_litellm_debug
 from pydantic import Field
 
+from engine.attempts.live_llm import StreamingLiteLLM
+from engine.attempts.observer import ReplyDelta
+
 StepSink = Callable[[dict[str, Any]], Awaitable[None]]
+ReplySink = Callable[[ReplyDelta], Awaitable[None]]
 _CHANNELS: dict[str, StepSink] = {}
+_REPLIES: dict[str, ReplySink] = {}
 _LLM_LIMITS: dict[str, asyncio.Semaphore] = {}
 
 
-def register_channel(name: str, sink: StepSink) -> None:
-    """Route the steps of agents created with ``channel=name`` to ``sink``."""
+def register_channel(name: str, sink: StepSink, reply: ReplySink | None = None) -> None:
+    """Route the steps of agents created with ``channel=name`` to ``sink`` (and their model
+    replies, as they stream, to ``reply``)."""
     _CHANNELS[name] = sink
+    if reply is not None:
+        _REPLIES[name] = reply
 
 
 def unregister_channel(name: str) -> None:
     _CHANNELS.pop(name, None)
+    _REPLIES.pop(name, None)
 
 
 def set_llm_limit(key: str, calls: int | None) -> None:
@@ -62,14 +77,51 @@ class ObservedTerminus2(Terminus2):
         self, *args: Any, channel: str | None = None, llm_limit: str | None = None, **kwargs: Any
     ) -> None:
         kwargs.setdefault("record_terminal_session", False)
+        self._channel = channel  # before Terminus-2 builds its model (``_init_llm``)
         super().__init__(*args, channel=channel, llm_limit=llm_limit, **kwargs)
-        self._channel = channel
         self._llm_limit = llm_limit
         self._emitted_steps = 0
 
     @staticmethod
     def name() -> str:
         return "mkb-terminus-2"
+
+    def _init_llm(  # type: ignore[override]
+        self,
+        llm_backend: LLMBackend | str,
+        model_name: str,
+        temperature: float | None,
+        collect_rollout_details: bool,
+        llm_kwargs: dict[str, Any] | None,
+        **litellm_args: Any,
+    ) -> BaseLLM:
+        """Harbor's model, except that a channel taking replies gets them streamed."""
+        backend = llm_backend.value if isinstance(llm_backend, LLMBackend) else llm_backend
+        if backend != LLMBackend.LITELLM.value or self._channel not in _REPLIES:
+            return super()._init_llm(  # type: ignore[no-any-return]
+                llm_backend,
+                model_name,
+                temperature,
+                collect_rollout_details,
+                llm_kwargs,
+                **litellm_args,
+            )
+        kwargs = dict(llm_kwargs or {})
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        configure_litellm_debug(debug=kwargs.pop("litellm_debug", False))
+        return StreamingLiteLLM(
+            model_name=model_name,
+            collect_rollout_details=collect_rollout_details,
+            reply_sink=self._report_reply,
+            **litellm_args,
+            **kwargs,
+        )
+
+    async def _report_reply(self, delta: ReplyDelta) -> None:
+        sink = _REPLIES.get(self._channel or "")
+        if sink is not None:
+            await sink(delta)
 
     async def _flush_steps(self) -> None:
         sink = _CHANNELS.get(self._channel or "")

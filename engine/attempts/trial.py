@@ -27,7 +27,7 @@ from harbor.trial.hooks import TrialEvent, TrialHookEvent  # noqa: E402
 
 from engine.attempts.agent import register_channel, unregister_channel  # noqa: E402
 from engine.attempts.mailbox import Collected, EventSink, Mailbox  # noqa: E402
-from engine.attempts.observer import AttemptObserver  # noqa: E402
+from engine.attempts.observer import AttemptObserver, ReplyDelta  # noqa: E402
 from engine.attempts.spec import LOCAL_NS_ENVIRONMENT, AttemptSpec  # noqa: E402
 from engine.grading.api import GradingBackend  # noqa: E402
 from engine.sandbox.venvs import venv_bin  # noqa: E402
@@ -136,7 +136,7 @@ async def run_try(
 ) -> TryReport:
     """One execution try: a Harbor trial with the mailbox served while the agent runs."""
     run = _TryRun(spec, task_path, number, backend, observer, emit)
-    register_channel(run.channel, run.sink)
+    register_channel(run.channel, run.sink, reply=run.reply)
     try:
         return await run.run(stop)
     finally:
@@ -174,6 +174,9 @@ class _TryRun:
             self.completed = any(c.get("function_name") == "mark_task_complete" for c in calls)
         step = {**step, "attempt_try": self.number}
         await self.observer.step_recorded(self.spec.attempt_id, step)
+
+    async def reply(self, delta: ReplyDelta) -> None:
+        await self.observer.reply_streamed(self.spec.attempt_id, delta)
 
     def trial_config(self) -> TrialConfig:
         spec = self.spec

@@ -10,6 +10,12 @@ so concurrent attempts and restarted agents each replay from their own position.
 as turns) until its text shows up in the terminal output, e.g. feedback after ``submit``.
 When the script runs out, the server answers ``task_complete`` so the agent finishes.
 
+A request with ``"stream": true`` is answered in OpenAI's streaming protocol (server-sent
+events: ``data:`` chat-completion chunks of ``chunk_chars`` characters, ``chunk_interval``
+seconds apart, then ``data: [DONE]``; the usage comes in a last chunk when
+``stream_options.include_usage`` asks for it). ``streaming=False`` plays a model API that
+cannot stream: it ignores the flag and answers one JSON body.
+
 Several scenarios can be served at once: the request's ``model`` picks one by name (litellm
 strips the ``openai/`` prefix), falling back to the default scenario.
 
@@ -168,6 +174,7 @@ class RequestRecord:
     status: int
     expectation_met: bool | None
     authorization: str = ""
+    streamed: bool = False
 
 
 class ScriptedLLMServer:
@@ -178,6 +185,10 @@ class ScriptedLLMServer:
         scenarios: Scenario | dict[str, Scenario],
         host: str = "127.0.0.1",
         port: int = 0,
+        *,
+        streaming: bool = True,
+        chunk_chars: int = 16,
+        chunk_interval: float = 0.0,
     ) -> None:
         if isinstance(scenarios, Scenario):
             scenarios = {scenarios.name: scenarios}
@@ -187,6 +198,9 @@ class ScriptedLLMServer:
         self.default = next(iter(self.scenarios.values()))
         self.host = host
         self.port = port
+        self.streaming = streaming
+        self.chunk_chars = max(1, chunk_chars)
+        self.chunk_interval = chunk_interval
         self.requests: list[RequestRecord] = []
         self._runner: web.AppRunner | None = None
 
@@ -221,7 +235,7 @@ class ScriptedLLMServer:
         data = [{"id": name, "object": "model", "owned_by": "mkb"} for name in self.scenarios]
         return web.json_response({"object": "list", "data": data})
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -246,38 +260,73 @@ class ScriptedLLMServer:
         auth = request.headers.get("Authorization", "")
         if turn.delay:
             await asyncio.sleep(turn.delay)
+        stream = self.streaming and body.get("stream") is True
+        record = RequestRecord(scenario.name, index, last_user, 200, met, auth, stream)
         if turn.status and turn.status >= 400:
-            self.requests.append(
-                RequestRecord(scenario.name, index, last_user, turn.status, met, auth)
-            )
+            self.requests.append(replace(record, status=turn.status, streamed=False))
             return web.json_response(
                 {"error": {"message": f"scripted error {turn.status}", "type": "server_error"}},
                 status=turn.status,
             )
         content = turn.content()
-        self.requests.append(RequestRecord(scenario.name, index, last_user, 200, met, auth))
+        self.requests.append(record)
         prompt_tokens = sum(len(_text(m.get("content"))) for m in messages) // 4 + 1
         completion_tokens = len(content) // 4 + 1
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        head = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "created": int(time.time()),
+            "model": model or scenario.name,
+        }
+        if stream:
+            options = body.get("stream_options") or {}
+            with_usage = isinstance(options, dict) and options.get("include_usage") is True
+            return await self._stream(request, head, content, usage if with_usage else None)
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": "stop",
+        }
         return web.json_response(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model or scenario.name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }
+            {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
         )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        head: dict[str, Any],
+        content: str,
+        usage: dict[str, int] | None,
+    ) -> web.StreamResponse:
+        """``content`` as server-sent chat-completion chunks, ended by ``data: [DONE]``."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+
+        async def send(choices: list[dict[str, Any]], **extra: Any) -> None:
+            chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        def delta(fields: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": fields, "finish_reason": finish}]
+
+        await send(delta({"role": "assistant", "content": ""}))
+        size = self.chunk_chars
+        for start in range(0, len(content), size):
+            if start and self.chunk_interval:
+                await asyncio.sleep(self.chunk_interval)
+            await send(delta({"content": content[start : start + size]}))
+        await send(delta({}, "stop"))
+        if usage is not None:
+            await send([], usage=usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
 
 def _text(content: Any) -> str:
