@@ -223,6 +223,9 @@ class LocalBackend:
                 )
             )
         if not gpu_ids:
+            # CPU preview runs no DSL kernel unless asked to check DSL launches: importing
+            # both DSLs in every warm parent and spare runner would only slow start-up
+            preload_dsls = preload_dsls and bool(self.config.dsl_checks)
             for i in range(max(1, preview_slots)):
                 env = child_env({**self.config.env, "CUDA_VISIBLE_DEVICES": ""})
                 self.slots.append(
