@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from engine.grading.dsl_hooks import profiled_device_ms  # noqa: E402
 from problems.registry import get  # noqa: E402
 from problems.sol import sol_estimate  # noqa: E402
 
@@ -82,23 +83,14 @@ def time_calls(
 
 
 def device_us(fn: Callable[..., Any], make: Callable[[int], list[Any]], calls: int) -> float | None:
-    """GPU kernel time per call (CUPTI through torch.profiler); None without a GPU."""
+    """GPU time per call (CUPTI through torch.profiler), measured as the grader's runner does
+    (``dsl_hooks.profiled_device_ms``: median of ``calls`` profiled calls on one draw); None
+    without a GPU."""
     if not torch.cuda.is_available():
         return None
-    from torch.profiler import ProfilerActivity, profile
-
-    draws = [make(10_000 + i) for i in range(calls)]
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for inputs in draws:
-            fn(*inputs)
-        torch.cuda.synchronize()
-    total = sum(
-        e.time_range.elapsed_us()
-        for e in prof.events()
-        if str(getattr(e, "device_type", "")).endswith("CUDA")
-    )
-    return round(total / calls, 1)
+    inputs = make(10_000)
+    ms = profiled_device_ms(lambda: fn(*inputs), calls)
+    return None if ms is None else round(ms * 1e3, 1)
 
 
 def profile_file(path: Path, device: str, scale: str, calls: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from problems.check_report import CheckOptions, CheckResult, ProblemReport
+from problems.check_report import CheckOptions, ProblemReport
 from problems.spec import Problem
 
 PACKAGE_PARENT = Path(__file__).resolve().parents[1]
@@ -29,23 +29,6 @@ def child_command(problem: Problem, opts: CheckOptions) -> list[str]:
     if opts.seed is not None:
         cmd += ["--seed", str(opts.seed)]
     return cmd
-
-
-def report_from_dict(data: dict, path: str) -> ProblemReport:
-    """The parent's copy of a child's report (``ProblemReport.as_dict`` read back)."""
-    return ProblemReport(
-        id=str(data["id"]),
-        slug=str(data["slug"]),
-        path=path,
-        checks=[
-            CheckResult(str(c["name"]), bool(c["passed"]), str(c.get("detail", "")))
-            for c in data.get("checks", [])
-        ],
-        seconds=float(data.get("seconds", 0.0)),
-        error=data.get("error"),
-        eager_ms=data.get("eager_ms"),
-        anchor_ms=data.get("anchor_ms"),
-    )
 
 
 def check_in_child(
@@ -80,4 +63,4 @@ def check_in_child(
     except (ValueError, StopIteration, AttributeError):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return failed(f"the check's child process exited {proc.returncode}: {' | '.join(tail)}")
-    return report_from_dict(row, str(problem.path))
+    return ProblemReport.from_dict(row, str(problem.path))

@@ -73,6 +73,23 @@ class ProblemReport:
             data["anchor_ms"] = self.anchor_ms
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: str) -> ProblemReport:
+        """A report read back from :meth:`as_dict` (which leaves the path out)."""
+        return cls(
+            id=str(data["id"]),
+            slug=str(data["slug"]),
+            path=path,
+            checks=[
+                CheckResult(str(c["name"]), bool(c["passed"]), str(c.get("detail", "")))
+                for c in data.get("checks", [])
+            ],
+            seconds=float(data.get("seconds", 0.0)),
+            error=data.get("error"),
+            eager_ms=data.get("eager_ms"),
+            anchor_ms=data.get("anchor_ms"),
+        )
+
 
 @dataclass(frozen=True)
 class CheckOptions:
