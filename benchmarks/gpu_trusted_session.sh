@@ -4,7 +4,9 @@
 #                   two controls
 #   STAGE=redteam   the dynamic red-team set with a real CuTe kernel, p36 tirx five times
 #   STAGE=scoring   every solution once, p36 tirx four more times, the red-team cases of scoring
+#                   (EXTRA: more solution files to grade after them, e.g. variants)
 #   STAGE=profile   the solutions outside the grader (host/device/e2e), the full-scale catalog
+#   STAGE=check     the full-scale catalog alone, JOBS children at a time (default 4)
 #   STAGE=overhead  grading overhead (cold, warm back to back, warm paced) and the grading
 #                   jail's escape probes with their unjailed controls
 # A carried bubblewrap (.gpu-dsl/bwrap: the binary and its three libraries) is installed first
@@ -49,10 +51,12 @@ for line in sys.stdin:
     timeout "${REDTEAM_S:-420}" python3 benchmarks/redteam_gpu.py --out "$WORK/redteam" \
       --device cuda > "$WORK/redteam.log" 2>&1
     echo "redteam rc=$?" >> "$WORK/redteam.log"
-    timeout "${REPEAT_S:-150}" python3 benchmarks/gpu_validation.py "$WORK/repeat" \
-      problems/solutions/p36_tirx.py problems/solutions/p36_tirx.py \
-      problems/solutions/p36_tirx.py problems/solutions/p36_tirx.py \
-      problems/solutions/p36_tirx.py > "$WORK/repeat.log" 2>&1
+    if [ "${REPEAT:-1}" = 1 ]; then
+      timeout "${REPEAT_S:-150}" python3 benchmarks/gpu_validation.py "$WORK/repeat" \
+        problems/solutions/p36_tirx.py problems/solutions/p36_tirx.py \
+        problems/solutions/p36_tirx.py problems/solutions/p36_tirx.py \
+        problems/solutions/p36_tirx.py > "$WORK/repeat.log" 2>&1
+    fi
     { tail -25 "$WORK/redteam.log"; grep -h speedup "$WORK/repeat.log" | cut -c1-300; } \
       > "$OUT/summary.txt" 2>&1
     ;;
@@ -62,7 +66,7 @@ for line in sys.stdin:
     S=problems/solutions
     timeout "${SCORING_S:-330}" python3 benchmarks/gpu_validation.py "$WORK/scoring" \
       $S/p*_cute.py $S/p*_tirx.py $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py \
-      > "$WORK/scoring.log" 2>&1
+      ${EXTRA:-} > "$WORK/scoring.log" 2>&1
     echo "scoring rc=$?" >> "$WORK/scoring.log"
     D=tests/grading/fixtures/dynamic
     timeout "${REDTEAM_S:-120}" python3 benchmarks/redteam_gpu.py --out "$WORK/redteam" \
@@ -83,7 +87,7 @@ for line in sys.stdin:
       --device cuda --calls 15 > "$WORK/profile.log" 2>&1
     echo "profile rc=$?" >> "$WORK/profile.log"
     timeout "${CHECK_S:-340}" python3 -m problems.check --device cuda --scale full \
-      > "$WORK/check_full.txt" 2>&1
+      --jobs "${JOBS:-4}" > "$WORK/check_full.txt" 2>&1
     echo "rc=$?" >> "$WORK/check_full.txt"
     { python3 -c '
 import json, sys
@@ -94,6 +98,12 @@ for line in open(sys.argv[1]):
     e, s = r["eager"], r["solution"]
     print(r["file"], "host %s/%s dev %s/%s e2e %s/%s sol %s speedup %s pct %s" % (s["host_us"], e["host_us"], s["device_us"], e["device_us"], s["e2e_us"], e["e2e_us"], r["sol_us"], r["speedup"], r["pct_sol"]))
 ' "$WORK/profile.jsonl"; tail -2 "$WORK/profile.log"; grep -v PASS "$WORK/check_full.txt" | tail -8; } > "$OUT/summary.txt" 2>&1
+    ;;
+  check)
+    timeout "${CHECK_S:-400}" python3 -m problems.check --device cuda --scale full \
+      --jobs "${JOBS:-4}" > "$WORK/check_full.txt" 2>&1
+    echo "rc=$?" >> "$WORK/check_full.txt"
+    { grep -v PASS "$WORK/check_full.txt" | cut -c1-300 | tail -12; } > "$OUT/summary.txt" 2>&1
     ;;
   overhead)
     timeout "${OVERHEAD_S:-300}" python3 benchmarks/grading_overhead.py --device cuda \

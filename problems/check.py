@@ -56,7 +56,7 @@ import torch
 
 from problems.check_args import add_arguments
 from problems.check_draws import Draw, discrete_indices, run_draw
-from problems.check_isolated import check_in_child
+from problems.check_isolated import check_in_children
 from problems.check_mutants import MutantTally
 from problems.check_report import (
     CHECK_NAMES,
@@ -352,16 +352,20 @@ def run_checks(
     opts: CheckOptions,
     progress: Callable[[ProblemReport], None] | None = None,
     isolate: bool = False,
+    jobs: int = 1,
 ) -> list[ProblemReport]:
     """Check every selected problem; load errors come first, then problems in id order.
-    With ``isolate`` each problem runs in a child process of its own."""
+    With ``isolate`` each problem runs in a child process of its own, ``jobs`` at a time."""
     reports = list(selection.load_errors)
     for report in reports:
         if progress:
             progress(report)
-    for problem in sorted(selection.problems, key=lambda p: p.number):
+    ordered = sorted(selection.problems, key=lambda p: p.number)
+    if isolate:
+        return reports + check_in_children(ordered, opts, jobs, progress)
+    for problem in ordered:
         try:
-            report = check_in_child(problem, opts) if isolate else check_problem(problem, opts)
+            report = check_problem(problem, opts)
         except Exception as exc:  # noqa: BLE001 - one broken problem must not stop the rest
             report = ProblemReport(
                 problem.id, problem.slug, str(problem.path), error=describe_error(exc)
@@ -402,9 +406,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         if not args.json:
             print(format_report(report), flush=True)
 
-    # on a GPU each problem gets a fresh process (memory left by one cannot starve the next)
-    isolate = opts.device.startswith("cuda") and not args.in_process
-    reports = run_checks(selection, opts, progress, isolate=isolate and len(selection.problems) > 1)
+    # on a GPU each problem gets a fresh process (memory left by one cannot starve the next);
+    # --jobs runs several such children at once, on any device
+    if args.jobs < 1:
+        raise ValueError("--jobs must be at least 1")
+    isolate = (opts.device.startswith("cuda") or args.jobs > 1) and not args.in_process
+    isolate = isolate and len(selection.problems) > 1
+    reports = run_checks(selection, opts, progress, isolate=isolate, jobs=args.jobs)
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
     else:

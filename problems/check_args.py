@@ -22,3 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="on cuda, check every problem in this process (default: one child per problem)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="children checked at once (one per problem); a child that runs out of memory "
+        "beside others is checked again alone",
+    )

@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from problems.check_report import CheckOptions, ProblemReport
@@ -64,3 +66,44 @@ def check_in_child(
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return failed(f"the check's child process exited {proc.returncode}: {' | '.join(tail)}")
     return ProblemReport.from_dict(row, str(problem.path))
+
+
+def ran_out_of_memory(report: ProblemReport) -> bool:
+    """Whether a failed report says the device (or host) ran out of memory."""
+    if report.passed:
+        return False
+    text = json.dumps(report.as_dict()).lower()
+    return "out of memory" in text or "outofmemoryerror" in text
+
+
+def check_in_children(
+    problems: Sequence[Problem],
+    opts: CheckOptions,
+    jobs: int = 1,
+    progress: Callable[[ProblemReport], None] | None = None,
+    child: Callable[[Problem, CheckOptions], ProblemReport] = check_in_child,
+) -> list[ProblemReport]:
+    """Check each problem in a child of its own, ``jobs`` children at a time.
+
+    Children that share a device can starve each other of memory: a problem whose child ran
+    out of memory beside others is checked again alone once the rest are done, and only that
+    second report counts. Reports come back in the order of ``problems``."""
+    reports: dict[str, ProblemReport] = {}
+    retry: list[Problem] = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(child, p, opts): p for p in problems}
+        for future in as_completed(futures):
+            problem = futures[future]
+            report = future.result()
+            if jobs > 1 and ran_out_of_memory(report):
+                retry.append(problem)
+                continue
+            reports[problem.id] = report
+            if progress:
+                progress(report)
+    for problem in sorted(retry, key=lambda p: p.number):
+        report = child(problem, opts)
+        reports[problem.id] = report
+        if progress:
+            progress(report)
+    return [reports[p.id] for p in problems]
