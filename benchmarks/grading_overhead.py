@@ -39,6 +39,8 @@ from engine.grading.evaluate import EvalConfig, grade_in_subprocess, resolve_dev
 from engine.grading.local import LocalBackend  # noqa: E402
 from engine.grading.rules import check_source  # noqa: E402
 
+# timings that are not phases of their own: the child's total, and parts of a phase
+NOT_PHASES = {"child_total", "eager_profile"}
 SUBMISSION = REPO / "tests" / "grading" / "fixtures" / "honest" / "p28_plain.py"
 
 
@@ -140,7 +142,9 @@ def split_recorded(rows: list[dict[str, Any]], catalog: dict[str, dict[str, Any]
         anchor_s = entry.get("anchor_s") or 0.0
         unavoidable = (IMPL_CALLS * impl_ms + EAGER_CALLS * eager_ms) / 1e3
         unavoidable += ANCHOR_DRAWS * anchor_s
-        phases = {k: v for k, v in (row.get("timings_s") or {}).items() if k != "child_total"}
+        phases = {
+            k: v for k, v in (row.get("timings_s") or {}).items() if k not in NOT_PHASES
+        }
         out.append(
             {
                 "file": row["file"],

@@ -168,7 +168,9 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                     eager_gaps.append(judge_ms - float(reply["ms"]))
                     call_gaps.append(call_gap)
                     self.breakdown.add("eager", reply)
+            profiled = _monotonic()
             self.breakdown.settle("eager", reference, deadline, self.cuda)
+            self.timed("eager_profile", profiled)  # a part of "eager", not beside it
         finally:
             transport.close()
         from engine.grading.timing import summarize
@@ -301,7 +303,9 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         torch = self.torch
         seeds = self.job["seeds"]
         result = self.result
+        start = _monotonic()
         reference = self.reference_runner()
+        self.timed("reference_runner", start)
         try:
             result["device"] = torch.cuda.get_device_name() if self.cuda else "cpu (preview)"
             if not self.cuda:
@@ -315,9 +319,13 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.phase("eager_done")
         self.deadline = _monotonic() + float(self.job.get("timeout_s", 600.0))
 
+        start = _monotonic()
         runner = self.start_runner()
+        self.timed("runner_start", start)
+        start = _monotonic()
         self.transport = Transport(self.cuda, lambda m: runner.request(m, self.deadline)[0])
         self.result["clock"] = self.calibrate(runner, self.transport)
+        self.timed("calibration", start)
         self.base_threads = runner.ready.get("threads")
         self.phase("import")
         start = _monotonic()
@@ -348,7 +356,9 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             if i in rechecks and not self.check_anchor(out, pristine, "recheck", i):
                 raise self.rejection_for("recheck")
         self.timed("timing", start)
-        self.settle_timing()
+        start = _monotonic()
+        self.settle_timing()  # with the submission's profiled breakdown
+        self.timed("settle", start)
 
         self.speed_of_light()
         self.launch_evidence()

@@ -2,8 +2,12 @@
 
 Run with an interpreter that has torch and both DSLs (the repo's venv has neither DSL):
 
-    CUTE_DSL_ARCH=sm_90a CUDA_PATH=<toolkit or header shim> \\
+    CUTE_DSL_ARCH=sm_90a [CUDA_PATH=<toolkit>] \\
         DSL_PYTHON -m problems.solutions.compile_check [p28 ... | path/to/pNN_dsl_x.py ...]
+
+Without a ``CUDA_PATH`` that has ``include/cuda_runtime.h``, TIRx's NVRTC step is pointed at
+the pip CUDA wheels' headers (a folder of links under the temp directory), as the tasks'
+``bin/compile_check`` does.
 
 Each solution is called once on the problem's smoke inputs on the CPU, with the DSL's compile
 entry point wrapped so that compiled kernels are kept but their launches do nothing (a launch
@@ -17,8 +21,12 @@ TIRx files keep executables in ``_EXE`` (a list). Exit 0 iff every file compiled
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
+import os
+import platform
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -124,10 +132,36 @@ def check_one(path: Path) -> str:
     return f"{len(sizes)} cubin(s) {sizes} bytes"
 
 
+def ensure_cuda_path() -> str | None:
+    """A ``CUDA_PATH`` whose headers NVRTC can use: the given one, else links to the headers
+    of the pip CUDA wheels (``site-packages/nvidia/cu*/include``), else None."""
+    current = os.environ.get("CUDA_PATH")
+    if current and os.path.isfile(os.path.join(current, "include", "cuda_runtime.h")):
+        return current
+    found = [
+        inc
+        for base in sys.path
+        for inc in sorted(glob.glob(os.path.join(base, "nvidia", "cu*", "include")))[::-1]
+        if os.path.isfile(os.path.join(inc, "cuda_runtime.h"))
+    ]
+    if not found:
+        return current
+    shim = os.path.join(tempfile.gettempdir(), f"mkb-cuda-headers-{os.getuid()}")
+    triple = f"{platform.machine()}-{platform.system().lower()}"
+    for link in ("include", os.path.join("targets", triple, "include")):
+        path = os.path.join(shim, link)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not os.path.islink(path):
+            os.symlink(found[0], path)
+    os.environ["CUDA_PATH"] = shim
+    return shim
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", help="problem ids (default: all)")
     args = parser.parse_args(argv)
+    ensure_cuda_path()
     failed = 0
     for path in solution_files(args.only):
         try:

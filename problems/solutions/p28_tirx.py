@@ -1,9 +1,15 @@
-"""p28 fused residual add + RMSNorm (bf16, hidden 4096) in TIRx.
+"""p28 fused residual add + RMSNorm (bf16, hidden 4096) in TIRx, 16-byte vector accesses.
 
-One warp per row, four rows per 128-thread CTA, a single pass over DRAM: each lane loads its
-128 elements of ``x`` and ``r`` (stride 32, coalesced), keeps ``s = x + r`` in an fp32 local
-array (registers after unrolling) while summing ``s * s``, reduces with a warp shuffle sum and
-writes ``s * rsqrt(mean + eps) * w`` as bf16.
+One CTA of 256 threads per row. Thread ``t`` owns the 16-byte chunks ``t`` and ``t + 256`` of
+the row (8 bf16 each), so every warp-wide access covers 512 contiguous bytes. Each thread
+loads its two chunks of ``x``, ``r`` (and ``w``) once as ``uint4``, keeps ``s = x + r`` in 16
+fp32 registers while summing ``s * s``, the CTA reduces with warp shuffles plus an 8-entry
+shared-memory step (``T.cuda.cta_sum``), and the thread stores ``(s * rsqrt(mean + eps)) * w``
+as bf16 with two ``uint4`` stores: one read of ``x`` and ``r``, one write of ``y`` (6 bytes
+per element), 14,509 CTAs of low register use so that many rows are in flight per SM.
+
+Measured on the H200 (session 6, docs/solutions.md): 14.4 µs host, 81.7 µs device,
+103 µs end to end (72.0 % of SOL).
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from tvm.script import tirx as T
 
 EPS = 1e-5
 HIDDEN = 4096
-PER_LANE = HIDDEN // 32
-ROWS_PER_CTA = 4
+THREADS = 256
+WARPS = THREADS // 32
+CHUNKS = HIDDEN // (8 * THREADS)  # 16-byte chunks per thread (2)
+PER_THREAD = 8 * CHUNKS  # elements per thread (16)
 
 
 @T.prim_func
@@ -28,25 +36,34 @@ def _add_rmsnorm(x_ptr: T.handle, r_ptr: T.handle, w_ptr: T.handle, y_ptr: T.han
     W = T.match_buffer(w_ptr, (HIDDEN,), "bfloat16")
     Y = T.match_buffer(y_ptr, (rows, HIDDEN), "bfloat16")
     T.device_entry()
-    cta = T.cta_id([T.ceildiv(rows, ROWS_PER_CTA)])
-    tx = T.thread_id([32 * ROWS_PER_CTA])
-    lane = tx % 32
-    row = cta * ROWS_PER_CTA + tx // 32
-    s = T.alloc_local((PER_LANE,), "float32")
+    row = T.cta_id([rows])
+    tx = T.thread_id([THREADS])
+    scratch = T.alloc_shared((WARPS,), "float32")
+    xv = T.alloc_local((PER_THREAD,), "bfloat16")
+    rv = T.alloc_local((PER_THREAD,), "bfloat16")
+    wv = T.alloc_local((PER_THREAD,), "bfloat16")
+    s = T.alloc_local((PER_THREAD,), "float32")
     acc = T.alloc_local((1,), "float32")
-    if row < rows:
-        acc[0] = T.float32(0)
-        for i in T.unroll(PER_LANE):
-            s[i] = T.Cast("float32", X[row, lane + 32 * i]) + T.Cast(
-                "float32", R[row, lane + 32 * i]
-            )
-            acc[0] = acc[0] + s[i] * s[i]
-        total = T.cuda.warp_sum(acc[0])
-        rstd = T.rsqrt(total / T.float32(HIDDEN) + T.float32(EPS))
-        for i in T.unroll(PER_LANE):
-            Y[row, lane + 32 * i] = T.Cast(
-                "bfloat16", s[i] * rstd * T.Cast("float32", W[lane + 32 * i])
-            )
+    for j in T.unroll(CHUNKS):
+        for i in T.vectorized(8):
+            xv[j * 8 + i] = X[row, (j * THREADS + tx) * 8 + i]
+    for j in T.unroll(CHUNKS):
+        for i in T.vectorized(8):
+            rv[j * 8 + i] = R[row, (j * THREADS + tx) * 8 + i]
+    for j in T.unroll(CHUNKS):
+        for i in T.vectorized(8):
+            wv[j * 8 + i] = W[(j * THREADS + tx) * 8 + i]
+    acc[0] = T.float32(0)
+    for i in T.unroll(PER_THREAD):
+        s[i] = T.Cast("float32", xv[i]) + T.Cast("float32", rv[i])
+        acc[0] = acc[0] + s[i] * s[i]
+    total = T.cuda.cta_sum(acc[0], WARPS, scratch.data)
+    rstd = T.rsqrt(total / T.float32(HIDDEN) + T.float32(EPS))
+    for i in T.unroll(PER_THREAD):
+        xv[i] = T.Cast("bfloat16", s[i] * rstd * T.Cast("float32", wv[i]))
+    for j in T.unroll(CHUNKS):
+        for i in T.vectorized(8):
+            Y[row, (j * THREADS + tx) * 8 + i] = xv[j * 8 + i]
 
 
 def _target() -> dict[str, str]:
@@ -78,8 +95,6 @@ def solve(hidden_states: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     if hidden_states.shape[-1] != HIDDEN:
         raise ValueError(f"this kernel is specialised to hidden size {HIDDEN}")
     x = hidden_states.contiguous()
-    r = residual.contiguous()
-    w = weight.contiguous()
     y = torch.empty_like(x)
-    _kernel()(x, r, w, y)
+    _kernel()(x, residual.contiguous(), weight.contiguous(), y)
     return y

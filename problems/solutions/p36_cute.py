@@ -1,9 +1,29 @@
-"""p36 RMSNorm over 128 channels (bf16, 520,128 rows) in CuTe DSL.
+"""p36 RMSNorm over 128 channels (bf16, 520,128 rows) in CuTe DSL: 16-byte vector loads and
+stores, called through TVM-FFI.
 
-One warp per row, eight rows per 256-thread CTA: each lane loads four bf16 values of its row
-(stride 32, coalesced), squares and sums them in fp32, reduces with warp shuffles and writes
-``x * rsqrt(mean + eps) * w`` as bf16. One read and one write of the tensor, against eager's
-chain of fp32 temporaries.
+Layout: ``x``, ``y`` are row-major ``[rows, 128]`` bf16 (a row is 256 bytes = 16 vectors of
+8 bf16), ``w`` is ``[128]``. Sixteen consecutive threads own one row, thread ``t % 16`` its
+8-element chunk ``[8c, 8c + 8)``, so a warp reads two whole rows with fully coalesced 16-byte
+loads (``ld.global.v4.b32``; ``cute.autovec_copy`` of a ``(8):(1)`` global slice into a
+register fragment, alignment 16 declared with ``from_dlpack(..., assumed_align=16)`` and
+checked by TVM-FFI at each call). A 256-thread CTA covers 16 rows per step and four steps
+(64 rows): each thread first issues the loads of its four rows (64 bytes in flight per
+thread), then per row squares and sums its 8 values in fp32, reduces over its 16 threads
+with four butterfly shuffles (``warp_reduction_sum(threads_in_group=16)``), and writes
+``(x * rsqrt(mean + eps)) * w`` as bf16 with one 16-byte store. Rows past the end (the last
+CTA when rows % 64 != 0) load a clamped, valid row, so every lane takes part in the
+shuffles, and skip the store.
+
+Numerics: those of the first p36 solution and the reference (fp32 sum of squares, ``(x * inv) * w`` in
+fp32, one rounding to bf16); only the summation order differs.
+
+Traffic: 2 bytes read + 2 bytes written per element, once (the 256-byte weight stays in L1/L2):
+266 MB at full scale, SOL 55.5 µs at 4.8 TB/s. Expected: about 62-68 µs on the device (~85 % of
+peak HBM bandwidth, what streaming kernels reach on the H200) and ~15 µs of host time (one
+TVM-FFI call and one ``torch.empty_like``), so about 75-85 µs end to end, 70-75 % of SOL.
+Registers: 53 per thread, no spills (ptxas -v, sm_90a), so 4 CTAs (1,024 threads) per SM with
+64 KB of loads in flight per SM, ~8.4 MB over the GPU (what Little's law asks for at ~4.8 TB/s
+and ~1 µs of loaded latency). Grid: 8,127 CTAs at full scale. Measured on the H200 (session 6, docs/solutions.md): 13.5 µs host, 65.3 µs device, 83.3 µs end to end (66.6 % of SOL).
 """
 
 from __future__ import annotations
@@ -16,28 +36,45 @@ import torch
 from cutlass.cute.runtime import from_dlpack
 
 EPS = 1e-6
-ROWS_PER_CTA = 8
-THREADS = 32 * ROWS_PER_CTA
+HIDDEN = 128
+VEC = 8  # bf16 elements per 16-byte vector
+THREADS_PER_ROW = HIDDEN // VEC  # 16
+THREADS = 256
+ROW_STEP = THREADS // THREADS_PER_ROW  # 16 rows per CTA step
+UNROLL = 4  # rows per thread
+ROWS_PER_CTA = ROW_STEP * UNROLL  # 64
 
 
 @cute.kernel
 def _rmsnorm_kernel(mX: cute.Tensor, mW: cute.Tensor, mY: cute.Tensor, eps: cutlass.Float32):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
-    lane = tidx % 32
-    row = bidx * ROWS_PER_CTA + tidx // 32
     num_rows = mX.shape[0]
-    hidden = mX.shape[1]
-    if row < num_rows:
-        acc = cutlass.Float32(0.0)
-        for j in cutlass.range(lane, hidden, 32, unroll_full=True):
-            s = mX[row, j].to(cutlass.Float32)
-            acc = acc + s * s
-        acc = cute.arch.warp_reduction_sum(acc)
-        rstd = cute.math.rsqrt(acc / cutlass.Float32(hidden) + eps)
-        for j in cutlass.range(lane, hidden, 32, unroll_full=True):
-            s = mX[row, j].to(cutlass.Float32)
-            mY[row, j] = (s * rstd * mW[j].to(cutlass.Float32)).to(cutlass.BFloat16)
+    chunk = tidx % THREADS_PER_ROW
+    first = bidx * ROWS_PER_CTA + tidx // THREADS_PER_ROW
+
+    w_raw = cute.make_rmem_tensor((VEC,), cutlass.BFloat16)
+    cute.autovec_copy(cute.local_tile(mW, (VEC,), (chunk,)), w_raw)
+    w = w_raw.load().to(cutlass.Float32)
+
+    # All loads first (UNROLL independent 16-byte loads in flight per thread).
+    x_raw = [cute.make_rmem_tensor((VEC,), cutlass.BFloat16) for _ in range(UNROLL)]
+    for u in cutlass.range_constexpr(UNROLL):
+        row = cutlass.min(first + u * ROW_STEP, num_rows - 1)  # clamped: always a valid row
+        cute.autovec_copy(cute.local_tile(mX, (1, VEC), (row, chunk))[0, None], x_raw[u])
+
+    y_raw = [cute.make_rmem_tensor((VEC,), cutlass.BFloat16) for _ in range(UNROLL)]
+    for u in cutlass.range_constexpr(UNROLL):
+        x = x_raw[u].load().to(cutlass.Float32)
+        ss = (x * x).reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+        ss = cute.arch.warp_reduction_sum(ss, threads_in_group=THREADS_PER_ROW)
+        rstd = cute.math.rsqrt(ss / cutlass.Float32(HIDDEN) + eps)
+        y_raw[u].store((x * rstd * w).to(cutlass.BFloat16))
+
+    for u in cutlass.range_constexpr(UNROLL):
+        row = first + u * ROW_STEP
+        if row < num_rows:
+            cute.autovec_copy(y_raw[u], cute.local_tile(mY, (1, VEC), (row, chunk))[0, None])
 
 
 @cute.jit
@@ -50,25 +87,26 @@ _CACHE: dict[tuple[int, ...], Any] = {}
 
 
 def _compile(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> Any:
-    """The compiled launcher for these shapes (compiled once per shape)."""
-    key = (*x.shape,)
-    fn = _CACHE.get(key)
-    if fn is None:
-        fn = cute.compile(
-            _rmsnorm,
-            from_dlpack(x),
-            from_dlpack(w),
-            from_dlpack(y),
-            cutlass.Float32(EPS),
-        )
-        _CACHE[key] = fn
+    """The TVM-FFI launcher for this shape (static shapes and 16-byte alignment compiled in;
+    TVM-FFI checks shape, strides, dtype, device and alignment of each torch tensor)."""
+    if x.shape[-1] != HIDDEN:
+        raise ValueError(f"this kernel is specialised to hidden size {HIDDEN}")
+    fn = cute.compile(
+        _rmsnorm,
+        from_dlpack(x, assumed_align=16),
+        from_dlpack(w, assumed_align=16),
+        from_dlpack(y, assumed_align=16),
+        cutlass.Float32(EPS),
+        options="--enable-tvm-ffi",
+    )
+    _CACHE[x.shape] = fn
     return fn
 
 
 def solve(hidden_states: torch.Tensor, weight: torch.Tensor):
-    x = hidden_states.contiguous()
-    w = weight.contiguous()
-    y = torch.empty_like(x)
-    fn = _compile(x, w, y)
-    fn(from_dlpack(x), from_dlpack(w), from_dlpack(y), EPS)
+    y = torch.empty_like(hidden_states)
+    fn = _CACHE.get(hidden_states.shape)
+    if fn is None:
+        fn = _compile(hidden_states, weight, y)
+    fn(hidden_states, weight, y, EPS)
     return y

@@ -1,8 +1,15 @@
-"""p36 RMSNorm over 128 channels (bf16, 520,128 rows) in TIRx.
+"""p36 RMSNorm over 128 channels (bf16, 520,128 rows) in TIRx, 16-byte vector accesses.
 
-One warp per row, eight rows per 256-thread CTA: lanes stride the row by 32 (coalesced bf16
-loads), square and sum in fp32, reduce with a warp shuffle sum, and store
-``x * rsqrt(mean + eps) * w`` as bf16 (the second read of the row hits L1/L2).
+Eight lanes per row, four rows per warp, 32 rows per 256-thread CTA. Lane ``l`` of a row owns
+the 16-byte chunks ``l`` and ``l + 8`` (8 bf16 each), so every warp-wide access covers whole
+contiguous 128-byte segments. Each lane loads its two chunks of ``x`` once (``uint4``), sums
+the squares in fp32, reduces over its 8 lanes with shuffles (xor 4, 2, 1), and stores
+``(x * rsqrt(mean + eps)) * w`` as bf16 with two ``uint4`` stores: one read of ``x``, one write
+of ``y`` (4 bytes per element). Rows past the end of a partial last CTA read the last row (so
+every lane takes part in the shuffles) and store nothing.
+
+Measured on the H200 (session 6, docs/solutions.md): 14.5 µs host, 65.2 µs device,
+83.7 µs end to end (66.3 % of SOL).
 """
 
 from __future__ import annotations
@@ -14,36 +21,46 @@ import tvm
 from tvm.script import tirx as T
 
 EPS = 1e-6
-ROWS_PER_CTA = 8
+HIDDEN = 128
+LANES_PER_ROW = 8  # 8 lanes x 2 chunks x 8 bf16 = 128 channels
+ROWS_PER_CTA = 32  # 256 threads
+THREADS = LANES_PER_ROW * ROWS_PER_CTA
 
 
 @T.prim_func
 def _rmsnorm(x_ptr: T.handle, w_ptr: T.handle, y_ptr: T.handle):
     rows = T.int32()
-    hidden = T.int32()
-    X = T.match_buffer(x_ptr, (rows, hidden), "bfloat16")
-    W = T.match_buffer(w_ptr, (hidden,), "bfloat16")
-    Y = T.match_buffer(y_ptr, (rows, hidden), "bfloat16")
+    X = T.match_buffer(x_ptr, (rows, HIDDEN), "bfloat16")
+    W = T.match_buffer(w_ptr, (HIDDEN,), "bfloat16")
+    Y = T.match_buffer(y_ptr, (rows, HIDDEN), "bfloat16")
     T.device_entry()
     cta = T.cta_id([T.ceildiv(rows, ROWS_PER_CTA)])
-    tx = T.thread_id([32 * ROWS_PER_CTA])
-    lane = tx % 32
-    row = cta * ROWS_PER_CTA + tx // 32
+    tx = T.thread_id([THREADS])
+    sub = tx % LANES_PER_ROW
+    row = cta * ROWS_PER_CTA + tx // LANES_PER_ROW
+    src = T.min(row, rows - 1)
+    xv = T.alloc_local((16,), "bfloat16")
+    wv = T.alloc_local((16,), "bfloat16")
+    f = T.alloc_local((16,), "float32")
     acc = T.alloc_local((1,), "float32")
+    for j in T.unroll(2):
+        for i in T.vectorized(8):
+            xv[j * 8 + i] = X[src, (j * LANES_PER_ROW + sub) * 8 + i]
+    for j in T.unroll(2):
+        for i in T.vectorized(8):
+            wv[j * 8 + i] = W[(j * LANES_PER_ROW + sub) * 8 + i]
+    acc[0] = T.float32(0)
+    for i in T.unroll(16):
+        f[i] = T.Cast("float32", xv[i])
+        acc[0] = acc[0] + f[i] * f[i]
+    total = T.cuda.warp_sum(acc[0], LANES_PER_ROW)
+    rstd = T.rsqrt(total / T.float32(HIDDEN) + T.float32(EPS))
+    for i in T.unroll(16):
+        xv[i] = T.Cast("bfloat16", f[i] * rstd * T.Cast("float32", wv[i]))
     if row < rows:
-        acc[0] = T.float32(0)
-        for k in T.serial(T.ceildiv(hidden, 32)):
-            j = k * 32 + lane
-            if j < hidden:
-                s = T.Cast("float32", X[row, j])
-                acc[0] = acc[0] + s * s
-        total = T.cuda.warp_sum(acc[0])
-        rstd = T.rsqrt(total / T.Cast("float32", hidden) + T.float32(EPS))
-        for k in T.serial(T.ceildiv(hidden, 32)):
-            j = k * 32 + lane
-            if j < hidden:
-                s = T.Cast("float32", X[row, j])
-                Y[row, j] = T.Cast("bfloat16", s * rstd * T.Cast("float32", W[j]))
+        for j in T.unroll(2):
+            for i in T.vectorized(8):
+                Y[row, (j * LANES_PER_ROW + sub) * 8 + i] = xv[j * 8 + i]
 
 
 def _target() -> dict[str, str]:
@@ -55,33 +72,26 @@ def _target() -> dict[str, str]:
 
 
 _EXE: list[Any] = []
+_FN: list[Any] = []
 
 
-def _compile() -> Any:
-    """The compiled executable (shape-generic: rows and hidden are read from the tensors)."""
-    if not _EXE:
+def _kernel() -> Any:
+    """The device function, built once (NVRTC compiles it at its first call)."""
+    if not _FN:
         exe = tvm.compile(
             tvm.IRModule({"main": _rmsnorm}),
             target=tvm.target.Target(_target()),
             tir_pipeline="tirx",
         )
         _EXE.append(exe)
-    return _EXE[0]
-
-
-_FN: list[Any] = []
-
-
-def _kernel() -> Any:
-    """The device function, fetched once (NVRTC compiles it at its first call)."""
-    if not _FN:
-        _FN.append(_compile()["main"])
+        _FN.append(exe["main"])
     return _FN[0]
 
 
 def solve(hidden_states: torch.Tensor, weight: torch.Tensor):
+    if hidden_states.shape[-1] != HIDDEN:
+        raise ValueError(f"this kernel is specialised to hidden size {HIDDEN}")
     x = hidden_states.contiguous()
-    w = weight.contiguous()
     y = torch.empty_like(x)
-    _kernel()(x, w, y)
+    _kernel()(x, weight.contiguous(), y)
     return y

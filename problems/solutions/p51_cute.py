@@ -1,14 +1,26 @@
-"""p51 sparse MoE dispatch + combine (gpt-oss: 128 experts, top-4, fp32) in CuTe DSL.
+"""p51 sparse MoE dispatch + combine (gpt-oss: 128 experts, top-4, fp32) in CuTe DSL, called
+through TVM-FFI.
 
-Hybrid. Eager PyTorch sorts the (token, slot) pairs by expert (one argsort, one bincount and
-one host sync for the group sizes, against the reference's sync per expert) and runs the two
-fp32 GEMMs of every expert on contiguous row ranges. Three CuTe kernels do the rest:
+Hybrid, as the first p51 solution, with its three CuTe kernels unchanged:
 
 * dispatch: gather the hidden rows of the sorted pairs into one contiguous activation buffer;
 * activation: add the gate/up bias, de-interleave gate/up columns, clamp, and apply
   ``gate * sigmoid(1.702 * gate) * (up + 1)`` in one pass;
 * combine: for each token, sum its top-k expert rows plus the down bias, weighted by the
   routing weights, with no atomics (each token reads its own k rows).
+
+Call path: each kernel is compiled once per shape with ``options="--enable-tvm-ffi"`` and
+called with the torch tensors (no ``from_dlpack`` per call, no ``.contiguous()`` on inputs
+that already are; TVM-FFI checks shape, strides, dtype and device of each tensor).
+
+Eager glue that remains, exactly as in the first p51 solution: the sort of the (token, slot) pairs by
+expert (argsort, bincount, one host sync for the group sizes, the inverse permutation) and
+the two fp32 GEMMs of every expert on contiguous row ranges (256 ``torch.matmul`` calls).
+The GEMMs are ~97 % of the time (fp32, no TF32, as the reference); replacing them needs a
+DSL fp32 grouped GEMM, not a small kernel. The three kernel calls now cost ~10 µs of host
+time each instead of ~50-100 µs; the host time of a call stays dominated by the 256 GEMM
+launches and the sync (~13 ms, hidden behind ~82.7 ms of device time), so end to end stays
+~84 ms. Measured on the H200 (session 6, docs/solutions.md): 7,292 µs host, 83,133 µs device, 83,833 µs end to end (58.1 % of SOL).
 """
 
 from __future__ import annotations
@@ -100,13 +112,13 @@ _CACHE: dict[tuple[object, ...], Any] = {}
 
 
 def _launch(name: str, kernel: object, tensors: list[torch.Tensor]) -> None:
-    """Compile ``kernel`` once per argument shapes, then launch it."""
-    key = (name, *(tuple(t.shape) for t in tensors))
+    """Compile ``kernel`` once per argument shapes (TVM-FFI), then launch it."""
+    key = (name, *(t.shape for t in tensors))
     fn = _CACHE.get(key)
     if fn is None:
-        fn = cute.compile(kernel, *(from_dlpack(t) for t in tensors))
+        fn = cute.compile(kernel, *(from_dlpack(t) for t in tensors), options="--enable-tvm-ffi")
         _CACHE[key] = fn
-    fn(*(from_dlpack(t) for t in tensors))
+    fn(*tensors)
 
 
 def solve(
@@ -132,7 +144,7 @@ def solve(
 
     rows = order.numel()
     x = torch.empty(rows, hidden, dtype=hidden_states.dtype, device=hidden_states.device)
-    _launch("dispatch", _dispatch, [hidden_states.contiguous(), src_token, x])
+    _launch("dispatch", _dispatch, [hidden_states, src_token, x])
     gate_up = torch.empty(rows, two_inter, dtype=x.dtype, device=x.device)
     start = 0
     for e, n in enumerate(counts):
@@ -140,9 +152,7 @@ def solve(
             torch.matmul(x[start : start + n], gate_up_proj[e], out=gate_up[start : start + n])
         start += n
     act = torch.empty(rows, two_inter // 2, dtype=x.dtype, device=x.device)
-    _launch(
-        "activation", _activation, [gate_up, gate_up_proj_bias.contiguous(), sorted_expert, act]
-    )
+    _launch("activation", _activation, [gate_up, gate_up_proj_bias, sorted_expert, act])
     y = torch.empty(rows, hidden, dtype=x.dtype, device=x.device)
     start = 0
     for e, n in enumerate(counts):
@@ -153,13 +163,6 @@ def solve(
     _launch(
         "combine",
         _combine,
-        [
-            y,
-            down_proj_bias.contiguous(),
-            position,
-            router_indices.contiguous(),
-            routing_weights.contiguous(),
-            out,
-        ],
+        [y, down_proj_bias, position, router_indices, routing_weights, out],
     )
     return out

@@ -1,15 +1,25 @@
 """p52 FP8 attention output projection (Qwen3-VL, 1x128 activation / 128x128 weight blocks)
-in CuTe DSL.
+in CuTe DSL, called through TVM-FFI.
 
-Hybrid: CuTe kernels do the quantization work, eager PyTorch the fp32 GEMM.
+Hybrid, as the first p52 solution: CuTe kernels do the quantization work, eager PyTorch the fp32 GEMM.
+The two kernels are the first p52 CuTe solution's (before session 6), unchanged:
 
 * activation: one warp per 1x128 group takes the group's absolute maximum (warp max), the
   decode scale ``max(amax / 448, 1e-12)``, rounds ``x / scale`` (clamped to +-448) to E4M3
   and writes the dequantized value ``code * scale`` as fp32: quantize + dequantize in one pass;
 * weight: decode the E4M3 codes and multiply by their 128x128 block scale (fp32).
 
-The GEMM and bias add then run exactly as the reference runs them (fp32, no TF32), so the
-kernels replace the reference's chain of quantization temporaries, not its matmul.
+Call path: both kernels are launched by one ``@cute.jit`` function (ordered on one stream),
+compiled once per shape with ``options="--enable-tvm-ffi"``, so a ``solve`` makes one
+TVM-FFI call with the torch tensors (bf16 activation, float8_e4m3fn codes, fp32 scales, two
+fp32 outputs) instead of two calls with five ``from_dlpack`` wrappers; no ``.contiguous()``
+or ``.float()`` on inputs that already are (TVM-FFI checks shape, strides, dtype and device).
+
+Eager glue that remains: the fp32 GEMM ``x_deq @ w_deq.t()``, the bias cast and add, and the
+cast to bf16, exactly as the reference runs them (no TF32). They are ~99 % of the time (the
+fp32 GEMM, ~38 ms): replacing them means a DSL block-scaled FP8 GEMM, not a small kernel.
+Expected on the H200: ~40 µs of host time (two ``torch.empty``, one TVM-FFI call, four eager
+ops) instead of 495 µs; device time unchanged (~38.2 ms). Measured on the H200 (session 6, docs/solutions.md): 366 µs host, 37,799 µs device, 37,923 µs end to end (2.6 % of SOL).
 """
 
 from __future__ import annotations
@@ -60,15 +70,17 @@ def _dequant_weight_kernel(mCodes: cute.Tensor, mScales: cute.Tensor, mOut: cute
 
 
 @cute.jit
-def _quant_dequant(mX: cute.Tensor, mOut: cute.Tensor):
+def _quantize(
+    mX: cute.Tensor,
+    mCodes: cute.Tensor,
+    mScales: cute.Tensor,
+    mXDeq: cute.Tensor,
+    mWDeq: cute.Tensor,
+):
     groups = mX.shape[0] * (mX.shape[1] // GROUP)
     ctas = (groups + WARPS_PER_CTA - 1) // WARPS_PER_CTA
-    _quant_dequant_kernel(mX, mOut).launch(grid=[ctas, 1, 1], block=[32 * WARPS_PER_CTA, 1, 1])
-
-
-@cute.jit
-def _dequant_weight(mCodes: cute.Tensor, mScales: cute.Tensor, mOut: cute.Tensor):
-    _dequant_weight_kernel(mCodes, mScales, mOut).launch(
+    _quant_dequant_kernel(mX, mXDeq).launch(grid=[ctas, 1, 1], block=[32 * WARPS_PER_CTA, 1, 1])
+    _dequant_weight_kernel(mCodes, mScales, mWDeq).launch(
         grid=[mCodes.shape[0], 1, 1], block=[THREADS, 1, 1]
     )
 
@@ -76,21 +88,21 @@ def _dequant_weight(mCodes: cute.Tensor, mScales: cute.Tensor, mOut: cute.Tensor
 _CACHE: dict[tuple[object, ...], Any] = {}
 
 
-def _launch(name: str, kernel: object, tensors: list[torch.Tensor]) -> None:
-    """Compile ``kernel`` once per argument shapes, then launch it."""
-    key = (name, *(tuple(t.shape) for t in tensors))
-    fn = _CACHE.get(key)
-    if fn is None:
-        fn = cute.compile(kernel, *(from_dlpack(t) for t in tensors))
-        _CACHE[key] = fn
-    fn(*(from_dlpack(t) for t in tensors))
+def _compile(tensors: list[torch.Tensor], key: tuple) -> Any:
+    x, codes = tensors[0], tensors[1]
+    if x.shape[-1] % GROUP or codes.shape[0] % GROUP or codes.shape[1] % GROUP:
+        raise ValueError(f"dimensions must be multiples of the {GROUP}-element group")
+    fn = cute.compile(_quantize, *(from_dlpack(t) for t in tensors), options="--enable-tvm-ffi")
+    _CACHE[key] = fn
+    return fn
 
 
 def solve(attn_output, o_proj_weight, o_proj_weight_scale, o_proj_bias):
-    x = attn_output.contiguous()
-    x_deq = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    _launch("act", _quant_dequant, [x, x_deq])
-    codes = o_proj_weight.contiguous()
-    w_deq = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
-    _launch("weight", _dequant_weight, [codes, o_proj_weight_scale.float().contiguous(), w_deq])
+    x_deq = torch.empty(attn_output.shape, dtype=torch.float32, device=attn_output.device)
+    w_deq = torch.empty(o_proj_weight.shape, dtype=torch.float32, device=o_proj_weight.device)
+    key = (attn_output.shape, o_proj_weight.shape)
+    fn = _CACHE.get(key)
+    if fn is None:
+        fn = _compile([attn_output, o_proj_weight, o_proj_weight_scale, x_deq, w_deq], key)
+    fn(attn_output, o_proj_weight, o_proj_weight_scale, x_deq, w_deq)
     return (x_deq @ w_deq.t() + o_proj_bias.float()).to(attn_output.dtype)

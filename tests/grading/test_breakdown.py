@@ -123,3 +123,12 @@ def test_garbage_figures_are_ignored_and_change_nothing(grade) -> None:
     assert submission["host_ms"] is None and submission["ignored"] == TIMED
     assert submission["e2e_ms"] is not None and submission["e2e_ms"] > 0  # the honest figure
     assert split["eager"]["ignored"] == 0 and split["eager"]["host_ms"] > 0
+
+
+def test_the_steps_between_phases_are_timed_too(grade) -> None:
+    """Where an evaluation's wall time goes beyond its phases: the runners' start, the
+    calibration, the settlement with its profile (benchmarks/grading_overhead.py)."""
+    timings = grade(HONEST).timings_s
+    for step in ("reference_runner", "eager_profile", "runner_start", "calibration", "settle"):
+        assert 0 <= timings[step] < timings["child_total"], (step, timings)
+    assert timings["eager_profile"] <= timings["eager"]
