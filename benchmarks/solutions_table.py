@@ -49,7 +49,7 @@ def table(profile: list[dict[str, Any]], grading: list[dict[str, Any]]) -> str:
             lines.append(f"| {row['file']} | error: {row['error'][:80]} |||||||||")
             continue
         sub, eager = row["solution"], row["eager"]
-        grader, verdicts = graded.get(row["file"], (None, "not graded"))
+        grader, verdicts = graded.get(Path(row["file"]).name, (None, "not graded"))
         delta = "–" if grader is None else f"{100 * (grader / row['speedup'] - 1):+.0f} %"
         shown = f"{grader:.2f}×" if grader is not None else verdicts
         lines.append(
