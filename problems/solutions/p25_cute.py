@@ -53,7 +53,7 @@ def _copy_pages_kernel(
             mDstV[dst, j] = mSrcV[src, j]
 
 
-def _word_type(page_bytes: int) -> type:
+def _word_type(page_bytes: int) -> Any:
     """The widest integer word that tiles a page exactly."""
     for word, size in ((cutlass.Int64, 8), (cutlass.Int32, 4), (cutlass.Int16, 2)):
         if page_bytes % size == 0:
