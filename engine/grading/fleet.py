@@ -3,7 +3,10 @@
 - :class:`FleetBackend` is the ``http`` client pool with one addition: a host that just failed
   (refused the connection, dropped it, answered 5xx/429) cools down before it gets traffic
   again, doubling per consecutive failure up to ``max_cooldown_s``. Without it a dead host,
-  having nothing in flight, looks like the least busy one and attracts every request.
+  having nothing in flight, looks like the least busy one and attracts every request. A
+  request that already failed on a host (the engine retries a grading with the same request
+  id) goes to the other hosts first, however long ago that was: a cooldown that expired
+  between two tries of one grading must not spend its retries on the same dead host.
 - :class:`FleetMonitor` polls each host's ``/status`` and reduces the answers to queue depth,
   busy slots and utilisation (busy slots / slots over the hosts that answer), the figures the
   scheduler reports while a run is going.
@@ -32,6 +35,7 @@ from engine.grading.api import Feedback, GradeRequest
 from engine.grading.http_client import HttpBackend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+MAX_REMEMBERED_REQUESTS = 10_000  # requests whose failed hosts the pool remembers
 
 
 class FleetBackend(HttpBackend):
@@ -52,6 +56,8 @@ class FleetBackend(HttpBackend):
         self.cooldown_s = cooldown_s
         self.max_cooldown_s = max_cooldown_s
         self.last_failure: dict[str, float] = {}
+        # request id -> hosts that failed it (kept until it is answered; bounded below)
+        self.failed_for: dict[str, set[str]] = {}
 
     def cooling(self, url: str, now: float | None = None) -> bool:
         """Whether ``url`` failed recently enough to be tried only as a last resort."""
@@ -61,19 +67,31 @@ class FleetBackend(HttpBackend):
         wait = min(self.cooldown_s * 2 ** (failures - 1), self.max_cooldown_s)
         return (now if now is not None else time.monotonic()) - self.last_failure[url] < wait
 
-    def order(self) -> list[str]:
+    def order(self, request: GradeRequest | None = None) -> list[str]:
         now = time.monotonic()
-        return sorted(super().order(), key=lambda url: self.cooling(url, now))  # stable
+        failed = self.failed_for.get(request.request_id, set()) if request else set()
+        return sorted(  # stable: among equals, the base order (least busy, rotating)
+            super().order(request), key=lambda url: (url in failed, self.cooling(url, now))
+        )
 
     async def _post(self, url: str, request: GradeRequest) -> tuple[Feedback | None, str | None]:
         try:
             feedback, transient = await super()._post(url, request)
         except BaseException:
-            self.last_failure[url] = time.monotonic()
+            self._failed(url, request)
             raise
         if transient is not None:
-            self.last_failure[url] = time.monotonic()
+            self._failed(url, request)
+        else:
+            self.failed_for.pop(request.request_id, None)
         return feedback, transient
+
+    def _failed(self, url: str, request: GradeRequest) -> None:
+        self.last_failure[url] = time.monotonic()
+        if request.request_id:
+            if len(self.failed_for) >= MAX_REMEMBERED_REQUESTS:
+                self.failed_for.pop(next(iter(self.failed_for)))  # the oldest
+            self.failed_for.setdefault(request.request_id, set()).add(url)
 
 
 @dataclass(frozen=True)

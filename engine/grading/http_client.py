@@ -52,14 +52,14 @@ class HttpBackend:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
         return self._session
 
-    def order(self) -> list[str]:
+    def order(self, request: GradeRequest | None = None) -> list[str]:
         """Hosts to try, least busy (and least failing) first, rotating among equals."""
         turn = next(self._turn)
         rotated = self.urls[turn % len(self.urls) :] + self.urls[: turn % len(self.urls)]
         return sorted(rotated, key=lambda u: (self.in_flight[u], self.failures[u]))
 
     async def grade(self, request: GradeRequest) -> Feedback:
-        hosts = self.order()
+        hosts = self.order(request)
         problems: list[str] = []
         for attempt in range(self.tries):
             url = hosts[attempt % len(hosts)]

@@ -71,6 +71,29 @@ async def test_a_failed_host_cools_down_while_the_live_one_is_busy(live: str) ->
         await plain.close()
 
 
+async def test_a_request_that_failed_on_a_host_is_retried_elsewhere(live: str) -> None:
+    """The engine retries a grading with the same request id; once the dead host's cooldown
+    has expired it is the idlest host again, but not for that request (the fleet test lost a
+    submission this way: three tries, all refused by the killed grader)."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    fleet = FleetBackend([dead, live], TOKEN, tries=1, cooldown_s=0.01)
+    request = GradeRequest("p28", "cute", HONEST, request_id="a1-s1")
+    try:
+        fleet.in_flight[live] += 1  # live looks busy: the first try goes to the dead host
+        first = await fleet.grade(request)
+        assert first.verdict == "error" and dead in first.message
+        await asyncio.sleep(0.05)
+        assert not fleet.cooling(dead)
+        assert fleet.order()[0] == dead  # any other request: the idle host first
+        assert fleet.order(request)[0] == live  # this one: the host that has not failed it
+        fleet.in_flight[live] -= 1
+        second = await fleet.grade(request)
+        assert second.verdict == "preview", second.message
+        assert request.request_id not in fleet.failed_for  # forgotten once answered
+    finally:
+        await fleet.close()
+
+
 async def test_monitor_reports_queue_depth_and_utilisation(live: str) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     pool = FleetBackend([live, dead], TOKEN)
