@@ -32,6 +32,8 @@ class CallEvidence:
     runner_ms: list[float]
     scale: str
     scored_judge_ms: float
+    report_ms: float
+    reports_ms: list[float]
 
     def flag(self, name: str) -> None:
         raise NotImplementedError
@@ -55,6 +57,7 @@ class CallEvidence:
         if timed:
             self.gaps.append(judge_ms - float(ms))
             self.judge_ms.append(self.scored_judge_ms)
+            self.reports_ms.append(self.report_ms)
             self.runner_ms.append(float(ms))
             self.breakdown.add("submission", reply)
         threads = reply.get("threads")

@@ -98,6 +98,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.gaps: list[float] = []
         self.judge_ms: list[float] = []  # release of each timed call to its outputs' report
         self.report_ms = 0.0
+        self.reports_ms: list[float] = []  # the report of each timed call's outputs
         self.scored_judge_ms = 0.0
         self.runner_ms: list[float] = []
         self.allowances: dict[int, float] = {}
@@ -136,6 +137,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         events: list[float] = []
         eager_gaps: list[float] = []
         call_gaps: list[float] = []
+        reports: list[float] = []
         try:
             reference.wait_ready()
             clock = self.calibrate(reference, transport)
@@ -157,6 +159,8 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                 call_gap = judge_ms - float(reply["ms"])
                 report, fds, report_ms = reference.timed({"op": "report"}, deadline)
                 judge_ms += report_ms  # the clock runs until the outputs are described
+                if kind == "timed":
+                    reports.append(report_ms)
                 out, _ = transport.fetch(report.get("outputs"), fds)
                 for fd in fds:
                     os.close(fd)
@@ -182,6 +186,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.result["eager_event_median_ms"] = statistics.median(events)
         clock["judge_median_ms"] = round(statistics.median(samples), 4)
         clock["real_call_gap_ms"] = round(statistics.median(eager_gaps), 4)
+        clock["report_median_ms"] = round(statistics.median(reports), 4)
         # what a real call of this problem adds over a no-op, outside an honest runner's clock:
         # on the call alone (the mismatch bound) and with the report (the score's floor)
         call_excess = statistics.median(call_gaps) - clock["gap_median_ms"]

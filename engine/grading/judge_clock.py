@@ -33,6 +33,7 @@ class JudgeClock:
     result: dict[str, Any]
     gaps: list[float]
     judge_ms: list[float]
+    reports_ms: list[float]
     runner_ms: list[float]
     breakdown: CallBreakdown
     base_threads: int | None
@@ -92,6 +93,7 @@ class JudgeClock:
             allowed_gap_ms=round(bound, 4),
             median_gap_ms=round(gap, 4),
             judge_median_ms=statistics.median(self.judge_ms),
+            report_median_ms=round(statistics.median(self.reports_ms), 4),
         )
         if gap > bound:
             detail = (

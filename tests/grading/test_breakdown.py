@@ -128,7 +128,10 @@ def test_garbage_figures_are_ignored_and_change_nothing(grade) -> None:
 def test_the_steps_between_phases_are_timed_too(grade) -> None:
     """Where an evaluation's wall time goes beyond its phases: the runners' start, the
     calibration, the settlement with its profile (benchmarks/grading_overhead.py)."""
-    timings = grade(HONEST).timings_s
+    feedback = grade(HONEST)
+    timings = feedback.timings_s
+    for side in (feedback.clock["submission"], feedback.clock["eager"]):
+        assert 0 < side["report_median_ms"] < side["judge_median_ms"]  # the report's share
     for step in ("reference_runner", "eager_profile", "runner_start", "calibration", "settle"):
         assert 0 <= timings[step] < timings["child_total"], (step, timings)
     assert timings["eager_profile"] <= timings["eager"]

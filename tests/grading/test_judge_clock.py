@@ -21,6 +21,7 @@ class Clock(JudgeClock):
         self.runner_ms = runner_ms
         self.gaps = [gap] * len(runner_ms)
         self.judge_ms = [ms + gap + report for ms in runner_ms]
+        self.reports_ms = [report] * len(runner_ms)
         self.result: dict[str, Any] = {
             "clock": dict(NOOP),
             "eager_clock": {"call_excess_ms": 0.0, "trip_excess_ms": 0.0, **eager},
