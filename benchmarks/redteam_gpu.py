@@ -165,6 +165,7 @@ def classify(
     reason: str | None,
     speedup: float | None,
     honest_speedup: float | None,
+    flags: tuple[str, ...] | list[str] = (),
 ) -> str:
     """What one grading of ``case`` means for the red team."""
     expected = case.expected_on(device)
@@ -172,6 +173,15 @@ def classify(
         return CAUGHT if reason in expected else OTHER_REASON
     if verdict == "error":
         return ERRORED
+    if (
+        verdict == PREVIEW
+        and "timing.mismatch" in expected
+        and set(flags) & {"timing.mismatch", "timing.judge_floor"}
+    ):
+        # the CPU preview records a clock that disagrees with the judge's instead of failing
+        # (a loaded host preempts honest runners too), and never scores: a forged figure
+        # that was flagged, or replaced by the judge's floor, did not get through
+        return CAUGHT
     if PREVIEW in expected and verdict == PREVIEW:
         return PREVIEW_EXPECTED
     if (
@@ -189,7 +199,13 @@ def verdict_row(
 ) -> dict[str, Any]:
     """One JSON line: what came back and what it means."""
     outcome = classify(
-        case, device, feedback.verdict, feedback.reason, feedback.speedup, honest_speedup
+        case,
+        device,
+        feedback.verdict,
+        feedback.reason,
+        feedback.speedup,
+        honest_speedup,
+        feedback.flags or (),
     )
     return {
         "case": case.name,

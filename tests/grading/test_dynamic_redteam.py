@@ -130,7 +130,15 @@ def test_dynamic_attack_is_rejected(grade, request: pytest.FixtureRequest, case:
     baseline = None
     if case.speedup_within is not None and feedback.verdict == PREVIEW:
         baseline = request.getfixturevalue("honest_speedup")
-    outcome = classify(case, "cpu", feedback.verdict, feedback.reason, feedback.speedup, baseline)
+    outcome = classify(
+        case,
+        "cpu",
+        feedback.verdict,
+        feedback.reason,
+        feedback.speedup,
+        baseline,
+        feedback.flags or (),
+    )
     assert outcome in GOOD_OUTCOMES, (
         outcome,
         feedback.verdict,
@@ -176,3 +184,18 @@ def test_every_case_splices_cleanly_without_name_clashes(dsl: str) -> None:
 def test_splice_rejects_a_file_without_markers() -> None:
     with pytest.raises(ValueError, match="marker"):
         splice_honest("def solve(x):\n    return x\n", "def solve(x):\n    return x\n")
+
+
+def test_a_flagged_or_floored_clock_in_the_preview_counts_as_caught() -> None:
+    """The CPU preview flags a mismatched clock instead of failing, and replaces a figure
+    under the judge's floor by the floor; on a loaded host the floor can still sit far below
+    the honest time (the loaded full suite once let c2 'through' at 2.5x the honest speed)."""
+    from benchmarks.redteam_gpu import CAUGHT, THROUGH
+
+    case = Case(Path("c9_clock.py"), "c", ("timing.mismatch",), ("timing.mismatch",), "p28", 1.0)
+    fast = dict(verdict="preview", reason=None, speedup=0.46, honest_speedup=0.18)
+    assert classify(case, "cpu", **fast) == THROUGH
+    assert classify(case, "cpu", **fast, flags=["timing.judge_floor"]) == CAUGHT
+    assert classify(case, "cpu", **fast, flags=["timing.mismatch"]) == CAUGHT
+    other = Case(Path("n9_cache.py"), "n", ("correctness.recheck",), ("correctness.recheck",))
+    assert classify(other, "cpu", **fast, flags=["timing.judge_floor"]) == THROUGH
