@@ -55,7 +55,7 @@ test: $(STAMP) system-deps test-system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=12
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
