@@ -21,7 +21,7 @@ CASES = sorted((FIXTURES / "dsl").glob("*.py"))
 @pytest.fixture(scope="module")
 def grade_with_fake_dsl() -> Iterator[Callable[[str], Feedback]]:
     config = EvalConfig(
-        timeout_s=10.0,
+        timeout_s=60.0,  # no case here is about time; a loaded CI host needs headroom
         memory_limit_mb=3072,
         dsl_checks=True,
         env={
