@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.gpu_validation import jobs  # noqa: E402
 from engine.grading.api import GradeRequest  # noqa: E402
 from engine.grading.local import LocalBackend  # noqa: E402
 
@@ -43,8 +43,7 @@ async def main(
         sink.write("\n")
         sink.flush()
         await asyncio.sleep(wait_s)
-        for path in files:
-            problem, dsl = re.match(r"(p\d\d)_(cute|tirx)", path.name).groups()  # type: ignore[union-attr]
+        for problem, dsl, path, _ in jobs([str(f) for f in files]):
             start = time.perf_counter()
             fb = await backend.grade(GradeRequest(problem, dsl, path.read_text(), device=device))
             clock = fb.clock or {}

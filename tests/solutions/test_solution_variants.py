@@ -42,8 +42,9 @@ def _imported_roots(tree: ast.Module) -> set[str]:
     return roots
 
 
-def _run(code_or_args: list[str]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a"}
+def _run(code_or_args: list[str], unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["CUTE_DSL_ARCH"] = "sm_90a"
     return subprocess.run(
         [sys.executable, *code_or_args],
         cwd=REPO,
@@ -114,15 +115,7 @@ def test_p36_tvmffi_call_accepts_solve_arguments_up_to_the_gpu() -> None:
 def test_every_main_solution_compiles_for_sm90a_on_the_cpu() -> None:
     """The 14 reference solutions in one process: CuTe to cubins, TIRx through NVRTC with the
     pip CUDA headers (no CUDA_PATH given)."""
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_PATH"}
-    result = subprocess.run(
-        [sys.executable, "-m", "problems.solutions.compile_check"],
-        cwd=REPO,
-        env={**env, "CUTE_DSL_ARCH": "sm_90a"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = _run(["-m", "problems.solutions.compile_check"], unset=("CUDA_PATH",))
     assert result.returncode == 0, result.stdout[-3000:]
     compiled = re.findall(r"^ok   (p\d\d_(?:cute|tirx)\.py): [1-9]", result.stdout, re.M)
     assert sorted(compiled) == sorted(p.name for p in compile_check.solution_files([]))
