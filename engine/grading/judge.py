@@ -140,6 +140,9 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         reports: list[float] = []
         try:
             reference.wait_ready()
+            waited = _monotonic()
+            self.await_spare()
+            self.timed("runner_wait", waited)  # a part of "eager", not beside it
             clock = self.calibrate(reference, transport)
             self.result["eager_clock"] = clock
             armed, _ = reference.request({"op": "arm"}, deadline)
@@ -196,13 +199,33 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         return expected
 
     # -- the submission runner --------------------------------------------------------------
-    def start_runner(self) -> RunnerProcess:
-        options = RunnerOptions(
+    def runner_options(self) -> RunnerOptions:
+        return RunnerOptions(
             device=self.device,
             preload_dsls=bool(self.job.get("preload_dsls", True)),
             jail=not self.job.get("unsafe_no_jail", False),
             memory_limit_mb=self.job.get("memory_limit_mb") or self.job.get("rss_limit_mb"),
         )
+
+    def spawn_spare(self) -> None:
+        """Without a runner started ahead (a cold judge), start the submission's runner now,
+        beside the reference runner: its start (imports, CUDA context, profiler) then overlaps
+        the judge's own instead of following the eager phase. A failure here is left to
+        :meth:`start_runner`, which spawns again and reports it."""
+        if self.spare is not None:
+            return
+        with contextlib.suppress(Exception):
+            self.spare = RunnerProcess.spawn(self.runner_options())
+
+    def await_spare(self) -> None:
+        """Wait until the runner started ahead is ready, so that its start-up does not share
+        the machine with the eager timing (errors are left to :meth:`start_runner`)."""
+        if self.spare is not None:
+            with contextlib.suppress(RunnerDied, RunnerTimeout):
+                self.spare.wait_ready()
+
+    def start_runner(self) -> RunnerProcess:
+        options = self.runner_options()
         self.result["jailed"] = options.jail
         runner = self.spare if self.spare is not None else RunnerProcess.spawn(options)
         runner.memory_limit_mb = options.memory_limit_mb
@@ -309,6 +332,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         seeds = self.job["seeds"]
         result = self.result
         start = _monotonic()
+        self.spawn_spare()
         reference = self.reference_runner()
         self.timed("reference_runner", start)
         try:

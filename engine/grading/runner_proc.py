@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.grading.runner import SPIN_S, spin_until_readable
 from engine.grading.supervise import SECRET_MARKERS, read_tail
 
 GRADING_DIR = Path(__file__).resolve().parent
@@ -111,6 +112,7 @@ class RunnerProcess:
         self.memory_limit_mb: float | None = None
         self.scratch: str | None = None
         self.ready: dict[str, Any] = {}
+        self.spin_s = 0.0  # busy polling before a wait sleeps (GPU only: see runner.SPIN_S)
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
@@ -178,6 +180,7 @@ class RunnerProcess:
         runner_end.close()
         os.close(switch_fd)
         proc = cls(judge_end, popen.pid, switch, popen)
+        proc.spin_s = SPIN_S if options.device == "cuda" else 0.0
         proc.scratch = scratch
         proc.memory_limit_mb = options.memory_limit_mb
         return proc
@@ -214,7 +217,9 @@ class RunnerProcess:
             finally:
                 os._exit(code)
         runner_end.close()
-        return cls(judge_end, pid, switch)
+        proc = cls(judge_end, pid, switch)
+        proc.spin_s = SPIN_S if device == "cuda" else 0.0
+        return proc
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
         if self.ready:
@@ -235,7 +240,11 @@ class RunnerProcess:
             raise RunnerDied(f"runner socket closed: {exc}") from exc
 
     def receive(self, deadline: float) -> tuple[dict[str, Any], list[int]]:
-        """The next message, waiting until ``deadline`` (monotonic) with a memory watchdog."""
+        """The next message, waiting until ``deadline`` (monotonic) with a memory watchdog.
+        On a GPU it first polls busily for ``spin_s`` (a short call's answer then wakes no
+        sleeping process), then sleeps in ``select``."""
+        if self.spin_s:
+            spin_until_readable(self.sock, max(0.0, min(self.spin_s, deadline - time.monotonic())))
         next_rss = 0.0
         while True:
             now = time.monotonic()

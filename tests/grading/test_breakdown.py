@@ -93,6 +93,7 @@ def test_no_profiler_without_a_gpu() -> None:
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: tests/grading/test_breakdown_gpu covers it")
     assert dsl_hooks.profiled_device_ms(lambda: None) is None
+    assert dsl_hooks.warm_profiler() is False  # nothing to start, and no error
 
 
 def _split(feedback: Any) -> dict[str, Any]:

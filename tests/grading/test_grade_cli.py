@@ -48,6 +48,10 @@ def test_forged_stdout_cheat_fails_in_a_fresh_worker_with_json() -> None:
     assert feedback["verdict"] == "fail"
     assert feedback["reason"] == "correctness.tolerance"
     assert '"verdict": "pass"' in feedback["log_tail"]  # the forged line went to the log only
+    # a cold judge starts the submission's runner beside the reference runner and waits for
+    # it before the eager timing, so taking it after the eager phase costs nothing
+    steps = feedback["timings_s"]
+    assert "runner_wait" in steps and steps["runner_start"] < 0.5, steps
 
 
 def test_static_failure_exits_one_with_line() -> None:
