@@ -10,6 +10,8 @@ then again with one of the grader runner's habits added at a time:
 * ``hooks``: the DSL launch hooks installed (``dsl_hooks.install``);
 * ``switch``: the runner's tiny switch kernel and a synchronize just before the call;
 * ``blocked``: the process sleeps 2 ms before the call, as a runner waits on its socket;
+* ``blocked+spinXms``: the same sleep, then X ms of busy polling before the call (0.2 ms: a
+  grader runner woken by ``stage``; 1 and 5 ms: a warm-up spin a runner could add);
 * ``all``: every habit above at once;
 * after ``dsl_hooks.warm_profiler()`` (CUPTI started, as the runner now does at start):
   ``plain+cupti`` and ``all+cupti``.
@@ -38,7 +40,12 @@ from engine.grading import dsl_hooks  # noqa: E402
 from problems.registry import get  # noqa: E402
 
 S = REPO / "problems" / "solutions"
-DEFAULT = [S / "p36_cute.py", S / "p36_tirx.py", S / "p28_cute.py", S / "variants/p72_tirx_fast.py"]
+DEFAULT = [
+    S / "p36_cute.py",
+    S / "p36_tirx.py",
+    S / "p28_cute.py",
+    S / "variants" / "p72_tirx_eager_gates.py",
+]
 DRAWS = 6
 
 
@@ -54,9 +61,24 @@ def as_runner_builds(t: Any) -> Any:
     return out
 
 
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def measure(
-    solve: Callable[..., Any], draws: list[list[Any]], calls: int, *, switch: bool, blocked: bool
+    solve: Callable[..., Any],
+    draws: list[list[Any]],
+    calls: int,
+    *,
+    switch: bool,
+    blocked: bool,
+    spin_after_s: float = 0.0,
 ) -> dict[str, float]:
+    """Median host and end-to-end µs; ``blocked`` sleeps 2 ms before each call, then
+    ``spin_after_s`` of busy polling (0.2 ms is what a grader's runner has between being woken
+    by ``stage`` and the ``call``; longer is a warm-up spin a runner could do)."""
     marker = torch.zeros(1, device="cuda")
     host, e2e = [], []
     for i in range(calls):
@@ -66,6 +88,8 @@ def measure(
         torch.cuda.synchronize()
         if blocked:
             time.sleep(0.002)
+        if spin_after_s:
+            _spin(spin_after_s)
         t0 = time.perf_counter()
         out = solve(*inputs)
         t1 = time.perf_counter()
@@ -105,6 +129,10 @@ def main() -> int:
         modes["set_"] = measure(solve, rebuilt, args.calls, switch=False, blocked=False)
         modes["switch"] = measure(solve, draws, args.calls, switch=True, blocked=False)
         modes["blocked"] = measure(solve, draws, args.calls, switch=False, blocked=True)
+        for spin_ms in (0.2, 1.0, 5.0):  # woken, then a warm-up spin before the call
+            modes[f"blocked+spin{spin_ms:g}ms"] = measure(
+                solve, draws, args.calls, switch=False, blocked=True, spin_after_s=spin_ms / 1e3
+            )
         counter = dsl_hooks.install(dsl)
         modes["hooks"] = measure(solve, draws, args.calls, switch=False, blocked=False)
         modes["all"] = measure(solve, rebuilt, args.calls, switch=True, blocked=True)

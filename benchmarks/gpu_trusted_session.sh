@@ -7,6 +7,9 @@
 #                   (EXTRA: more solution files to grade after them, e.g. variants)
 #   STAGE=profile   the solutions outside the grader (host/device/e2e), the full-scale catalog
 #   STAGE=check     the full-scale catalog alone, JOBS children at a time (default 4)
+#   STAGE=smallcalls where a small call's host time goes (call_cadence_gpu.py), then p36 TIRx
+#                   five times, p28 CuTe and p25 TIRx through one warm grader without and with
+#                   the runners' warm-up spin (WARMUP_MS, default 2) after staging
 #   STAGE=overhead  grading overhead (cold, warm back to back, warm paced) and the grading
 #                   jail's escape probes with their unjailed controls
 # A carried bubblewrap (.gpu-dsl/bwrap: the binary and its three libraries) is installed first
@@ -104,6 +107,26 @@ for line in open(sys.argv[1]):
       --jobs "${JOBS:-4}" > "$WORK/check_full.txt" 2>&1
     echo "rc=$?" >> "$WORK/check_full.txt"
     { grep -v PASS "$WORK/check_full.txt" | cut -c1-300 | tail -12; } > "$OUT/summary.txt" 2>&1
+    ;;
+  smallcalls)
+    timeout "${CADENCE_S:-200}" python3 benchmarks/call_cadence_gpu.py "$WORK/cadence.jsonl" \
+      > "$WORK/cadence.log" 2>&1
+    S=problems/solutions
+    for W in 0 "${WARMUP_MS:-2}"; do
+      timeout "${STEPS_S:-150}" python3 benchmarks/grading_steps_gpu.py "$WORK/steps_w$W.jsonl" \
+        --wait-s 15 --gap-s 2 --stage-warmup-ms "$W" $S/p36_tirx.py $S/p36_tirx.py \
+        $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py $S/p28_cute.py $S/p25_tirx.py \
+        > "$WORK/steps_w$W.log" 2>&1
+    done
+    { cut -c1-400 "$WORK/cadence.jsonl"; for f in "$WORK"/steps_w*.jsonl; do echo "$f";
+      python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "file" in r:
+        s = ((r.get("breakdown") or {}).get("submission") or {})
+        print(r["file"], r["verdict"], "%.2f" % (r["speedup"] or 0), "host", s.get("host_ms"), "dev", s.get("device_ms"), "e2e", s.get("e2e_ms"))
+' "$f"; done; } > "$OUT/summary.txt" 2>&1
     ;;
   overhead)
     timeout "${OVERHEAD_S:-300}" python3 benchmarks/grading_overhead.py --device cuda \

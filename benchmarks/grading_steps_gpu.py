@@ -24,18 +24,37 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.gpu_validation import jobs  # noqa: E402
 from engine.grading.api import GradeRequest  # noqa: E402
+from engine.grading.evaluate import EvalConfig  # noqa: E402
 from engine.grading.local import LocalBackend  # noqa: E402
 
 S = REPO / "problems" / "solutions"
-DEFAULT = [S / "p28_cute.py", S / "p28_cute.py", S / "p72_tirx.py", S / "variants/p72_tirx_fast.py"]
-CLOCK_KEYS = ("judge_median_ms", "report_median_ms", "median_gap_ms", "real_call_gap_ms",
-              "trip_gap_median_ms", "judge_floor_ms", "scored_by")
+DEFAULT = [
+    S / "p28_cute.py",
+    S / "p28_cute.py",
+    S / "p72_tirx.py",
+    S / "variants" / "p72_tirx_eager_gates.py",
+]
+CLOCK_KEYS = (
+    "judge_median_ms",
+    "report_median_ms",
+    "median_gap_ms",
+    "real_call_gap_ms",
+    "trip_gap_median_ms",
+    "judge_floor_ms",
+    "scored_by",
+)
 
 
 async def main(
-    out: Path, files: list[Path], wait_s: float, gap_s: float, device: str = "cuda"
+    out: Path,
+    files: list[Path],
+    wait_s: float,
+    gap_s: float,
+    device: str = "cuda",
+    stage_warmup_ms: float = 0.0,
 ) -> int:
-    backend = LocalBackend(gpus="auto" if device == "cuda" else None)
+    config = EvalConfig(stage_warmup_ms=stage_warmup_ms)
+    backend = LocalBackend(gpus="auto" if device == "cuda" else None, config=config)
     start = time.perf_counter()
     await backend.start()
     with out.open("a") as sink:
@@ -57,6 +76,8 @@ async def main(
                 "submission": {k: (clock.get("submission") or {}).get(k) for k in CLOCK_KEYS},
                 "eager": {k: (clock.get("eager") or {}).get(k) for k in CLOCK_KEYS},
                 "started_ahead": clock.get("judge_started_ahead"),
+                "stage_warmup_ms": stage_warmup_ms,
+                "breakdown": clock.get("breakdown"),
             }
             sink.write(json.dumps(row) + "\n")
             sink.flush()
@@ -73,6 +94,13 @@ if __name__ == "__main__":
     parser.add_argument("--wait-s", type=float, default=20.0)
     parser.add_argument("--gap-s", type=float, default=3.0)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument(
+        "--stage-warmup-ms", type=float, default=0.0, help="EvalConfig.stage_warmup_ms (A/B)"
+    )
     args = parser.parse_intermixed_args()
     files = args.files or DEFAULT
-    sys.exit(asyncio.run(main(args.out, files, args.wait_s, args.gap_s, args.device)))
+    sys.exit(
+        asyncio.run(
+            main(args.out, files, args.wait_s, args.gap_s, args.device, args.stage_warmup_ms)
+        )
+    )

@@ -49,8 +49,14 @@ class EvalConfig:
     # submission runners each warm slot keeps started ahead (each imports torch and the DSLs
     # in seconds; back-to-back evaluations on a GPU want several)
     spare_runners: int = 2
+    # Busy-poll this long in each runner after staging a call's inputs, before answering, so
+    # its core is awake when the call comes (outside every clock; both runners alike). Off
+    # until a GPU run shows it helps (docs/grading.md, "Session 7"); at most 50 ms.
+    stage_warmup_ms: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.stage_warmup_ms <= 50.0:
+            raise ValueError(f"stage_warmup_ms must be within 0..50, not {self.stage_warmup_ms}")
         if self.kernel_audit not in kernel_audit.MODES:
             raise ValueError(
                 f"kernel_audit must be one of {kernel_audit.MODES}, not {self.kernel_audit!r}"
@@ -151,6 +157,7 @@ def make_job(request: GradeRequest, device: str, config: EvalConfig, workdir: st
         "problem_path": config.problem_paths.get(request.problem_id),
         "dsl_checks": device == "cuda" if config.dsl_checks is None else config.dsl_checks,
         "kernel_audit": config.kernel_audit,
+        "stage_warmup_ms": config.stage_warmup_ms,
     }
 
 

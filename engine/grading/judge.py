@@ -121,6 +121,14 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
     def timed(self, name: str, start: float) -> None:
         self.timings[name] = round(self.timings.get(name, 0.0) + _monotonic() - start, 4)
 
+    def stage_message(self, layout: Any) -> dict[str, Any]:
+        """The request that stages a call's inputs (with the runner's warm-up spin, if any)."""
+        message: dict[str, Any] = {"op": "stage", "inputs": layout}
+        warmup_ms = float(self.job.get("stage_warmup_ms") or 0.0)
+        if warmup_ms > 0:
+            message["warm_s"] = warmup_ms / 1e3
+        return message
+
     def inputs(self, seed: int) -> list[Any]:
         return self.problem.make_inputs(seed, self.device, self.scale)
 
@@ -153,7 +161,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             ]:
                 shipment = transport.ship(self.inputs(seed))
                 reference.request(
-                    {"op": "stage", "inputs": shipment.layout}, deadline, shipment.fds
+                    self.stage_message(shipment.layout), deadline, shipment.fds
                 )
                 shipment.close()
                 reply, _, judge_ms = reference.timed({"op": "call", "id": seed}, deadline)
@@ -200,12 +208,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
 
     # -- the submission runner --------------------------------------------------------------
     def runner_options(self) -> RunnerOptions:
-        return RunnerOptions(
-            device=self.device,
-            preload_dsls=bool(self.job.get("preload_dsls", True)),
-            jail=not self.job.get("unsafe_no_jail", False),
-            memory_limit_mb=self.job.get("memory_limit_mb") or self.job.get("rss_limit_mb"),
-        )
+        return runner_options(self.job)
 
     def spawn_spare(self) -> None:
         """Without a runner started ahead (a cold judge), start the submission's runner now,
@@ -277,7 +280,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         inputs = self.inputs(seed)
         shipment = self.transport.ship(inputs)
         staged, _ = self.runner.request(
-            {"op": "stage", "inputs": shipment.layout}, self.deadline, shipment.fds
+            self.stage_message(shipment.layout), self.deadline, shipment.fds
         )
         shipment.close()
         if staged.get("op") != "staged":
@@ -434,6 +437,16 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                 proc.close()
 
 
+def runner_options(job: dict[str, Any]) -> RunnerOptions:
+    """How the submission's runner for ``job`` is started."""
+    return RunnerOptions(
+        device="cuda" if job["device"] == "cuda" else "cpu",
+        preload_dsls=bool(job.get("preload_dsls", True)),
+        jail=not job.get("unsafe_no_jail", False),
+        memory_limit_mb=job.get("memory_limit_mb") or job.get("rss_limit_mb"),
+    )
+
+
 @dataclass
 class Prepared:
     """What a judge started ahead of its job takes off the job's clock: the CUDA context
@@ -522,7 +535,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.set_inheritable(args.result_fd, False)
-    run_job(job, args.result_fd)
+    # a cold judge: the submission's runner starts first, before this process imports torch
+    # and the problem (seconds), so that its own start overlaps them (a failure here is left
+    # to the judge, which spawns again and reports it)
+    spare: RunnerProcess | None = None
+    with contextlib.suppress(Exception):
+        spare = RunnerProcess.spawn(runner_options(job))
+    run_job(job, args.result_fd, spare)
     return 0
 
 

@@ -43,6 +43,9 @@ class JudgeClock:
     def flag(self, name: str) -> None:
         raise NotImplementedError
 
+    def stage_message(self, layout: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
     def calibrate(self, runner: RunnerProcess, transport: Any) -> dict[str, float]:
         """No-op calls through the whole path, inputs staged by the judge first as in a real
         call (so a GPU context switch is included). Returns the round trip the judge's clock
@@ -56,7 +59,7 @@ class JudgeClock:
         for i in range(CALIBRATION_CALLS):
             probe[0].add_(1.0)
             shipment = transport.ship(probe)
-            runner.request({"op": "stage", "inputs": shipment.layout}, deadline, shipment.fds)
+            runner.request(self.stage_message(shipment.layout), deadline, shipment.fds)
             shipment.close()
             reply, _, judge_ms = runner.timed({"op": "call", "id": f"c{i}"}, deadline)
             if reply.get("op") != "done":

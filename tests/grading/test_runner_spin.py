@@ -1,13 +1,20 @@
-"""Busy polling before a wait sleeps (GPU runners and judges): it sees a message at once and
-gives up after its budget."""
+"""Busy polling before a wait sleeps (GPU runners and judges), and the runner's optional
+warm-up spin after staging a call's inputs."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
+from types import SimpleNamespace
+from typing import Any
 
-from engine.grading.runner import spin_until_readable
+import pytest
+
+from engine.grading.api import GradeRequest
+from engine.grading.evaluate import EvalConfig, make_job
+from engine.grading.judge import Judge
+from engine.grading.runner import MAX_WARM_S, Runner, spin_until_readable
 
 
 def test_spin_returns_false_after_its_budget_when_nothing_comes() -> None:
@@ -36,3 +43,44 @@ def test_spin_with_no_budget_only_looks() -> None:
         assert spin_until_readable(a, 0.0) is False
         b.send(b"x")
         assert spin_until_readable(a, 0.0) is True
+
+
+def _bare_runner() -> Any:
+    runner = Runner.__new__(Runner)
+    runner._clock = time.perf_counter
+    runner.last, runner.pending = None, []
+    return runner
+
+
+@pytest.mark.parametrize(
+    ("warm_s", "at_least", "below"),
+    [(None, 0.0, 0.02), (0.03, 0.03, 1.0), ("0.5", 0.0, 0.02), (-1, 0.0, 0.02), (10.0, 0.05, 1.0)],
+)
+def test_stage_spins_as_long_as_asked_and_never_past_the_cap(
+    warm_s: Any, at_least: float, below: float
+) -> None:
+    """A "stage" request may ask the runner to stay busy before it answers (junk: no spin;
+    at most MAX_WARM_S)."""
+    message: dict[str, Any] = {"op": "stage", "inputs": []}
+    if warm_s is not None:
+        message["warm_s"] = warm_s
+    start = time.perf_counter()
+    assert _bare_runner().stage(message, []) == {"op": "staged"}
+    took = time.perf_counter() - start
+    assert at_least <= took < below, took
+    assert MAX_WARM_S == 0.05
+
+
+def test_the_judge_asks_for_the_configured_warm_up() -> None:
+    off = Judge.stage_message(SimpleNamespace(job={}), ["layout"])  # type: ignore[arg-type]
+    assert off == {"op": "stage", "inputs": ["layout"]}
+    on = Judge.stage_message(SimpleNamespace(job={"stage_warmup_ms": 5.0}), [])  # type: ignore[arg-type]
+    assert on == {"op": "stage", "inputs": [], "warm_s": 0.005}
+    job = make_job(GradeRequest("p28", "cute", "x"), "cpu", EvalConfig(stage_warmup_ms=2.5), "/tmp")
+    assert job["stage_warmup_ms"] == 2.5
+
+
+@pytest.mark.parametrize("bad", [-0.1, 50.5])
+def test_a_warm_up_outside_0_to_50_ms_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="stage_warmup_ms"):
+        EvalConfig(stage_warmup_ms=bad)

@@ -1,4 +1,4 @@
-"""CPU emulation of problems/solutions/variants/p52_cute_wgmma.py's arithmetic and indexing (the
+"""CPU emulation of problems/solutions/p52_cute.py's arithmetic and indexing (the
 DSL is not imported; running the kernels needs a GPU).
 
 Quantization as the quantize kernel does it (warp tasks of 4 rows of one K block, rows past the

@@ -1,4 +1,4 @@
-"""CPU emulation of problems/solutions/variants/p52_tirx_wgmma.py's arithmetic (the DSL is not
+"""CPU emulation of problems/solutions/p52_tirx.py's arithmetic (the DSL is not
 imported; the GPU is needed to run it): quantization with IEEE divisions, per-128 raw-code block
 sums (k32 wgmma steps into a fresh fp32 block accumulator), fp32 FMA promotion with
 ``scale_x * scale_w``, bias add and bf16 rounding. Checked against the problem's reference with
