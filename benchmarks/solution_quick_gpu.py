@@ -30,14 +30,13 @@ sys.path.insert(0, str(REPO))
 
 
 def _check(problem: Any, solve: Any, scale: str, device: str) -> dict[str, Any]:
-    from problems.compare import check_outputs, clone_inputs, promote, reference_numerics
+    from benchmarks.solutions_profile import _sync
+    from problems.compare import check_outputs, clone_inputs, reference_and_anchor
 
     inputs = problem.make_inputs(1, device, scale)
     out = solve(*clone_inputs(inputs))
     _sync(device)
-    with reference_numerics():
-        v = problem.reference(*clone_inputs(inputs))
-        z = problem.reference(*promote(clone_inputs(inputs)))
+    v, z = reference_and_anchor(problem.reference, inputs)
     ok, structure, leaves = check_outputs(out, v, z)
     return {
         "ok": bool(ok),
@@ -46,14 +45,9 @@ def _check(problem: Any, solve: Any, scale: str, device: str) -> dict[str, Any]:
     }
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _time(fn: Any, inputs: list[Any], device: str, calls: int = 20) -> float:
+    from benchmarks.solutions_profile import _sync
+
     for _ in range(3):
         fn(*inputs)
     samples = []

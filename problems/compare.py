@@ -110,6 +110,13 @@ def reference_numerics() -> Iterator[None]:
         torch.set_default_dtype(default_dtype)
 
 
+def reference_and_anchor(reference: Any, inputs: Sequence[Any]) -> tuple[Any, Any]:
+    """Under reference numerics, on copies of ``inputs``: the reference's outputs at the
+    inputs' own dtypes (``v``) and on float64-promoted inputs (``z``, the anchor)."""
+    with reference_numerics():
+        return reference(*clone_inputs(inputs)), reference(*promote(clone_inputs(inputs)))
+
+
 def leaves(value: Any) -> list[Any]:
     """Flatten an output structure (tensor, or nested tuples/lists) into its leaves."""
     if isinstance(value, (list, tuple)):

@@ -30,7 +30,7 @@ from problems.compare import (
     check_outputs,
     clone_inputs,
     leaves,
-    promote,
+    reference_and_anchor,
     reference_numerics,
     structure_mismatch,
 )
@@ -134,15 +134,13 @@ def with_destinations(
 
 
 def _judge(problem: Problem, module: ModuleType, inputs: list[Any], device: str) -> RunResult:
-    with reference_numerics():
-        v = problem.reference(*clone_inputs(inputs))
-        z = problem.reference(*promote(clone_inputs(inputs)))
-        with DeviceRedirect(device):
-            try:
-                arity = len(parameter_names(module.reference)) or len(inputs)
-                u = module.reference(*clone_inputs(inputs)[:arity])
-            except AssertionError as exc:  # upstream asserts its own (full-scale) shapes
-                raise ShapeRejected(str(exc)) from exc
+    v, z = reference_and_anchor(problem.reference, inputs)
+    with reference_numerics(), DeviceRedirect(device):
+        try:
+            arity = len(parameter_names(module.reference)) or len(inputs)
+            u = module.reference(*clone_inputs(inputs)[:arity])
+        except AssertionError as exc:  # upstream asserts its own (full-scale) shapes
+            raise ShapeRejected(str(exc)) from exc
     shape_note = structure_mismatch(u, v)
     if shape_note and len(leaves(u)) == len(leaves(v)):
         u = type(v)(leaves(u)) if isinstance(v, (tuple, list)) else leaves(u)[0]

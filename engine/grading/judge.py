@@ -160,9 +160,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                 ("timed", s) for s in seeds["timed"]
             ]:
                 shipment = transport.ship(self.inputs(seed))
-                reference.request(
-                    self.stage_message(shipment.layout), deadline, shipment.fds
-                )
+                reference.request(self.stage_message(shipment.layout), deadline, shipment.fds)
                 shipment.close()
                 reply, _, judge_ms = reference.timed({"op": "call", "id": seed}, deadline)
                 if reply.get("op") != "done":
@@ -207,9 +205,6 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         return expected
 
     # -- the submission runner --------------------------------------------------------------
-    def runner_options(self) -> RunnerOptions:
-        return runner_options(self.job)
-
     def spawn_spare(self) -> None:
         """Without a runner started ahead (a cold judge), start the submission's runner now,
         beside the reference runner: its start (imports, CUDA context, profiler) then overlaps
@@ -218,7 +213,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         if self.spare is not None:
             return
         with contextlib.suppress(Exception):
-            self.spare = RunnerProcess.spawn(self.runner_options())
+            self.spare = RunnerProcess.spawn(runner_options(self.job))
 
     def await_spare(self) -> None:
         """Wait until the runner started ahead is ready, so that its start-up does not share
@@ -228,7 +223,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                 self.spare.wait_ready()
 
     def start_runner(self) -> RunnerProcess:
-        options = self.runner_options()
+        options = runner_options(self.job)
         self.result["jailed"] = options.jail
         runner = self.spare if self.spare is not None else RunnerProcess.spawn(options)
         runner.memory_limit_mb = options.memory_limit_mb

@@ -155,11 +155,9 @@ class OutputChecks:
     # -- comparisons --------------------------------------------------------------------------
     def check_anchor(self, out: Any, pristine: list[Any], kind: str, index: int) -> bool:
         """The whole output against the float64 anchor; records the draw."""
-        from problems.compare import check_outputs, clone_inputs, promote, reference_numerics
+        from problems.compare import check_outputs, reference_and_anchor
 
-        with reference_numerics():
-            v = self.problem.reference(*clone_inputs(pristine))
-            z = self.problem.reference(*promote(clone_inputs(pristine)))
+        v, z = reference_and_anchor(self.problem.reference, pristine)
         ok, structure, leaf_checks = check_outputs(out, v, z)
         names = self.problem.outputs
         if kind == "correctness":

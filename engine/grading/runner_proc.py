@@ -104,7 +104,14 @@ def _tree_rss_mb(pid: int) -> float:
 class RunnerProcess:
     """One runner: its socket, its bypass page, its pid; requests with deadlines."""
 
-    def __init__(self, sock: socket.socket, pid: int, switch: mmap.mmap, popen: Any = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        pid: int,
+        switch: mmap.mmap,
+        popen: Any = None,
+        device: str = "cpu",
+    ):
         self.sock = sock
         self.pid = pid
         self.switch = switch
@@ -112,7 +119,8 @@ class RunnerProcess:
         self.memory_limit_mb: float | None = None
         self.scratch: str | None = None
         self.ready: dict[str, Any] = {}
-        self.spin_s = 0.0  # busy polling before a wait sleeps (GPU only: see runner.SPIN_S)
+        # busy polling before a wait sleeps (GPU only: see runner.SPIN_S)
+        self.spin_s = SPIN_S if device == "cuda" else 0.0
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
@@ -179,8 +187,7 @@ class RunnerProcess:
         log.close()
         runner_end.close()
         os.close(switch_fd)
-        proc = cls(judge_end, popen.pid, switch, popen)
-        proc.spin_s = SPIN_S if options.device == "cuda" else 0.0
+        proc = cls(judge_end, popen.pid, switch, popen, options.device)
         proc.scratch = scratch
         proc.memory_limit_mb = options.memory_limit_mb
         return proc
@@ -217,9 +224,7 @@ class RunnerProcess:
             finally:
                 os._exit(code)
         runner_end.close()
-        proc = cls(judge_end, pid, switch)
-        proc.spin_s = SPIN_S if device == "cuda" else 0.0
-        return proc
+        return cls(judge_end, pid, switch, device=device)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
         if self.ready:

@@ -17,27 +17,14 @@ rule, also with a block accumulator that keeps only 13 mantissa bits after each 
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from problems.compare import check_outputs, clone_inputs, promote, reference_numerics
-from problems.quantization import _fp8
-from problems.registry import get
-from problems.spec import Workload
+from tests.solutions.p52_emulation import ACC_BITS, GROUP, K_STEP, SHAPES, check_emulation
+from tests.solutions.p52_emulation import truncate as _truncate
 
-GROUP = 128
 TILE = 128
 CLUSTER_M = 2
 Q_ROWS = 4
-K_STEP = 32  # k of one wgmma.m64n128k32
-
-
-def _truncate(x: torch.Tensor, bits: int | None) -> torch.Tensor:
-    """fp32 ``x`` with its mantissa cut to ``bits`` bits (toward zero); None keeps fp32."""
-    if bits is None:
-        return x
-    drop = 23 - bits
-    return (x.view(torch.int32) & ~((1 << drop) - 1)).view(torch.float32)
 
 
 def fragment() -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,23 +92,7 @@ def test_fragment_covers_the_tile_once() -> None:
     assert torch.equal(rows, torch.where(((i // 2) % 2 == 1)[None], rows[:, 2:3], rows[:, 0:1]))
 
 
-@pytest.mark.parametrize(
-    "shape",
-    [(48, 512, 384), (300, 1024, 512), (37, 7680, 256)],
-    ids=["smoke", "mid", "full_k"],
-)
-@pytest.mark.parametrize("acc_bits", [None, 13], ids=["fp32_acc", "13bit_acc"])
+@SHAPES
+@ACC_BITS
 def test_emulation_matches_reference(shape, acc_bits):
-    problem = get("p52")
-    m, k, n = shape
-    w = Workload({"tokens": m, "in_features": k, "out_features": n, "group": GROUP})
-    inputs = problem.module.make_inputs(0, "cpu", w)
-    codes, scale, out = emulate(*inputs, acc_bits=acc_bits)
-    ref_codes, ref_scale = _fp8.quantize(inputs[0].float(), (1, GROUP))
-    assert torch.equal(codes.view(torch.uint8), ref_codes.view(torch.uint8))
-    assert torch.equal(scale, ref_scale)
-    with reference_numerics():
-        v = problem.module.reference(*clone_inputs(inputs))
-        z = problem.module.reference(*promote(clone_inputs(inputs)))
-    ok, structure, checks = check_outputs(out, v, z)
-    assert ok, (structure, [c.as_dict() for c in checks])
+    check_emulation(emulate, shape, acc_bits)
