@@ -100,6 +100,7 @@ class CallEvidence:
                 "outputs still pass with the DSL "
                 "launches skipped: the DSL kernels do not produce the outputs",
             )
+        self.check_work_share()
 
     def speed_of_light(self) -> None:
         from problems.sol import hardware_for, sol_estimate
@@ -131,7 +132,14 @@ class CallEvidence:
             [str(n)[:200] for n in observed][:256] if isinstance(observed, list) else None
         )
         launches = _int(reply.get("launches"))
-        audit = cross_check(compiled, observed_names, bool(reply.get("control")), launches)
+        durations = reply.get("observed_us")
+        audit = cross_check(
+            compiled,
+            observed_names,
+            bool(reply.get("control")),
+            launches,
+            durations[:256] if isinstance(durations, list) else None,
+        )
         audit["mode"] = mode
         if isinstance(reply.get("threads"), int):  # the profiler's own threads are ours
             self.base_threads = max(self.base_threads or 0, reply["threads"])
@@ -145,6 +153,24 @@ class CallEvidence:
                 f"{audit['hooked_launches']} {self.job['dsl']} launches were counted but the "
                 "profiler saw none of the kernels the DSL compiled in this process",
             )
+        if audit["status"] == "confirmed" and audit.get("work") is None:
+            raise Rejected("runner.protocol", "the runner's kernel durations are not times")
+
+    def check_work_share(self) -> None:
+        """After the bypass test: the DSL kernels must have done most of the profiled work."""
+        from engine.grading.kernel_audit import MIN_DSL_SHARE, eager_work
+
+        audit = self.result.get("kernel_audit")
+        if audit is None or not eager_work(audit):
+            return
+        work = audit["work"]
+        judged = work["dsl_us"] + work["other_us"]
+        raise Rejected(
+            "dsl.eager_work",
+            f"the {self.job['dsl']} kernels took {work['dsl_share']:.0%} of the call's device "
+            f"time ({work['dsl_us']:.0f} of {judged:.0f} µs, library GEMMs aside); at least "
+            f"{MIN_DSL_SHARE:.0%} must be: the output is computed outside the DSL kernels",
+        )
 
     def bypass_test(self) -> str:
         """The same call message with the launch hooks skipping: outputs must stop passing."""

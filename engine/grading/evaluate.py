@@ -260,7 +260,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
             fb.message = f"time limit exceeded during {phase}"
         else:
             fb.reason = "crash"
-            submission_ran = phase not in ("start", "eager", "eager_done")
+            submission_ran = phase not in ("start", "eager", "eager_timing", "eager_done")
             fb.verdict = "fail" if submission_ran else "error"
             fb.message = (
                 f"the grading child exited ({outcome.exit_code}) without a result during {phase}"

@@ -151,6 +151,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             waited = _monotonic()
             self.await_spare()
             self.timed("runner_wait", waited)  # a part of "eager", not beside it
+            self.phase("eager_timing")  # the calls are timed from here (quiet, see zygote.py)
             clock = self.calibrate(reference, transport)
             self.result["eager_clock"] = clock
             armed, _ = reference.request({"op": "arm"}, deadline)
@@ -437,6 +438,7 @@ def runner_options(job: dict[str, Any]) -> RunnerOptions:
     return RunnerOptions(
         device="cuda" if job["device"] == "cuda" else "cpu",
         preload_dsls=bool(job.get("preload_dsls", True)),
+        dsl=job.get("dsl"),  # started for this job: its own DSL only
         jail=not job.get("unsafe_no_jail", False),
         memory_limit_mb=job.get("memory_limit_mb") or job.get("rss_limit_mb"),
     )

@@ -394,11 +394,12 @@ class Runner:
         before = self.counter.count if self.counter is not None else 0
         seen = profiled_kernel_names(lambda: self.solve(*self.last_inputs)) if self.cuda else None
         names = sorted(self.counter.kernel_names) if self.counter is not None else []
-        observed, control = seen if seen is not None else (None, False)
+        observed, observed_us, control = seen if seen is not None else (None, None, False)
         launches = self.counter.count - before if self.counter is not None else 0
         return {
             "op": "audited",
             "observed": observed,
+            "observed_us": observed_us,
             "control": control,
             "compiled": names,
             "launches": launches,
@@ -483,7 +484,7 @@ def _hooks() -> Any:
     return dsl_hooks
 
 
-def profiled_kernel_names(call: Any) -> tuple[list[str], bool] | None:
+def profiled_kernel_names(call: Any) -> tuple[list[str], list[float], bool] | None:
     return _hooks().profiled_kernel_names(call)  # type: ignore[no-any-return]
 
 

@@ -34,8 +34,9 @@ from engine.grading.runner import SPIN_S, spin_until_readable
 from engine.grading.supervise import SECRET_MARKERS, read_tail
 
 GRADING_DIR = Path(__file__).resolve().parent
-RUNNER_FILES = ("runner.py", "dsl_hooks.py")
+RUNNER_FILES = ("runner.py", "dsl_hooks.py", "cupti_activity.py")
 DSL_PRELOAD = "cutlass,cutlass.cute,tvm,tvm_ffi"
+DSL_MODULES = {"cute": "cutlass,cutlass.cute", "tirx": "tvm,tvm_ffi"}
 JAIL_WORKDIR = "/work"
 JAIL_RUNNER_DIR = "/mkb-runner"
 READY_TIMEOUT_S = 300.0
@@ -57,6 +58,9 @@ class RunnerMemory(Exception):
 class RunnerOptions:
     device: str  # "cpu" or "cuda"
     preload_dsls: bool = True
+    # the job's DSL when the runner is started for a known job (only its modules are
+    # preloaded: the launch hooks watch that DSL alone); None for a spare (both)
+    dsl: str | None = None
     jail: bool = True  # False only with an explicit --unsafe-no-jail
     memory_limit_mb: int | None = None  # host RSS watchdog
     python: str = sys.executable
@@ -77,25 +81,41 @@ def _resolve_reference(message: dict[str, Any]) -> Callable[..., Any]:
     return problem.reference  # type: ignore[no-any-return]
 
 
+def preload_modules(options: RunnerOptions) -> str:
+    """The modules a runner imports before it says ready (comma-separated; may be empty)."""
+    if not options.preload_dsls:
+        return ""
+    return DSL_MODULES.get(options.dsl or "", DSL_PRELOAD)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (a jailed runner is bubblewrap's grandchild)."""
+    stack: list[int] = [pid]
+    seen: list[int] = []
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    stack.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return seen
+
+
 def _tree_rss_mb(pid: int) -> float:
     """Resident memory of ``pid`` and all its descendants."""
     total = 0.0
-    stack = [pid]
-    seen: set[int] = set()
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
+    for process in process_tree(pid):
         try:
-            with open(f"/proc/{p}/status") as fh:
+            with open(f"/proc/{process}/status") as fh:
                 for line in fh:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) / 1024
                         break
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as fh:
-                    stack.extend(int(c) for c in fh.read().split())
         except (OSError, ValueError):
             continue
     return total
@@ -143,8 +163,8 @@ class RunnerProcess:
             "--device",
             options.device,
         ]
-        if options.preload_dsls:
-            args += ["--preload", DSL_PRELOAD]
+        if preload_modules(options):
+            args += ["--preload", preload_modules(options)]
         for path in options.paths:
             args += ["--path", path]
         env = runner_env(options)
@@ -350,7 +370,14 @@ def _repo() -> Path:
 
 def runner_env(options: RunnerOptions) -> dict[str, str]:
     """A minimal environment: no keys, no PYTHONPATH, the GPU pinning and CUDA paths only."""
-    keep = ("CUDA_VISIBLE_DEVICES", "CUDA_PATH", "CUDA_HOME", "LD_LIBRARY_PATH", "LANG")
+    keep = (
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_PATH",
+        "CUDA_HOME",
+        "LD_LIBRARY_PATH",
+        "LANG",
+        "MKB_PROFILER",  # dsl_hooks.PROFILER (A/B runs)
+    )
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(options.env or {})
     env.update(

@@ -108,8 +108,10 @@ class _ChildWatch:
         nonce: str,
         limits: Limits,
         poll_exit: Callable[[], int | None],
+        on_phase: Callable[[str], None] | None = None,
     ) -> None:
         self.pid = pid
+        self.on_phase = on_phase
         self.result_fd = result_fd
         self.nonce = nonce
         self.limits = limits
@@ -138,6 +140,8 @@ class _ChildWatch:
         outcome, limits = self.outcome, self.limits
         if message.get("kind") == "phase":
             outcome.phases.append(str(message.get("data")))
+            if self.on_phase is not None:
+                self.on_phase(outcome.phases[-1])
             if message.get("data") == "eager_done":  # starting the runner: bounded apart
                 self.deadline = time.monotonic() + limits.eager_timeout_s
             elif message.get("data") == "import":  # the submission's own time starts
@@ -213,9 +217,11 @@ def supervise(
     limits: Limits,
     poll_exit: Callable[[], int | None],
     log_path: str | Path | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> ChildOutcome:
-    """Watch one child until it exits or is killed; returns what it reported."""
-    watch = _ChildWatch(pid, result_fd, nonce, limits, poll_exit)
+    """Watch one child until it exits or is killed; returns what it reported (``on_phase``
+    hears each phase the child announces, as it arrives)."""
+    watch = _ChildWatch(pid, result_fd, nonce, limits, poll_exit, on_phase)
     os.set_blocking(result_fd, False)
     watch.run()
     kill_group(pid)  # nothing of the evaluation outlives it

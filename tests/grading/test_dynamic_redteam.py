@@ -52,6 +52,7 @@ JUDGE_REASONS = {
     "import.failed",
     "dsl.no_launch",
     "dsl.bypass_still_valid",
+    "dsl.eager_work",
 }
 
 

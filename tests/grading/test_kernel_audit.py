@@ -10,7 +10,13 @@ from engine.grading import dsl_hooks
 from engine.grading.dsl_hooks import LaunchCounter
 from engine.grading.evaluate import EvalConfig
 from engine.grading.judge import Judge, Rejected
-from engine.grading.kernel_audit import cross_check, cuda_kernel_names, profiled_kernel_names
+from engine.grading.kernel_audit import (
+    MIN_DSL_SHARE,
+    cross_check,
+    cuda_kernel_names,
+    profiled_kernel_names,
+    work_split,
+)
 from engine.grading.runner import Runner
 
 TORCH_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
@@ -25,6 +31,41 @@ def test_a_compiled_kernel_that_ran_confirms_the_launches() -> None:
 def test_the_profiler_may_print_a_signature_around_the_symbol() -> None:
     audit = cross_check({"main_kernel"}, [TORCH_ADD, "main_kernel(float*, float*)"], True, 1)
     assert audit["status"] == "confirmed"
+
+
+def test_a_dsl_kernel_named_like_a_torch_kernel_does_not_claim_it() -> None:
+    torch_kernel = "void at::native::elementwise_kernel<128, 2, at::native::MulFunctor<float>>"
+    audit = cross_check({"elementwise_kernel"}, [TORCH_ADD, torch_kernel], True, 1)
+    assert audit["status"] == "unconfirmed" and audit["dsl_kernel_runs"] == 0
+
+
+CONTROL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+CUBLAS = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas"
+TORCH_REDUCE = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>"
+
+
+def test_the_work_split_leaves_out_the_control_and_sets_library_gemms_aside() -> None:
+    names = [CONTROL, CUTE, CUBLAS, TORCH_REDUCE, "Memcpy DtoD (Device -> Device)"]
+    work = work_split({CUTE}, names, [2.0, 60.0, 500.0, 30.0, 10.0])
+    assert work == {
+        "dsl_us": 60.0,
+        "library_us": 500.0,
+        "other_us": 40.0,
+        "dsl_share": 0.6,
+    }
+
+
+@pytest.mark.parametrize(
+    "durations",
+    [None, [1.0, 2.0], [1.0, float("nan"), 3.0], [1.0, -2.0, 3.0], [1.0, "2", 3.0], [1, True, 3]],
+)
+def test_durations_that_are_not_times_give_no_split(durations) -> None:
+    assert work_split({CUTE}, [CONTROL, CUTE, TORCH_ADD], durations) is None
+
+
+def test_a_token_dsl_kernel_beside_torch_work_is_eager_work() -> None:
+    audit = cross_check({CUTE}, [CONTROL, CUTE, TORCH_REDUCE, TORCH_ADD], True, 1, [2, 3, 400, 300])
+    assert audit["status"] == "confirmed" and audit["work"]["dsl_share"] < MIN_DSL_SHARE
 
 
 def test_counted_launches_without_a_dsl_kernel_are_unconfirmed() -> None:
@@ -100,10 +141,10 @@ def _judge(mode: str) -> tuple[Judge, LaunchCounter, _Channel]:
 
 @pytest.fixture
 def profiler_sees(monkeypatch: pytest.MonkeyPatch):
-    def install(names: list[str]) -> None:
+    def install(names: list[str], durations: list[float] | None = None) -> None:
         def fake(call):
             call()
-            return names, True
+            return names, durations or [1.0] * len(names), True
 
         monkeypatch.setattr(dsl_hooks, "profiled_kernel_names", fake)
 
@@ -137,3 +178,46 @@ def test_enforce_passes_a_confirmed_launch_and_off_skips_the_call(profiler_sees)
     judge, counter, _ = _judge("off")
     judge.audit_kernels()
     assert "kernel_audit" not in judge.result and counter.count == 0
+
+
+def test_report_mode_rejects_a_confirmed_call_whose_dsl_share_is_small(profiler_sees) -> None:
+    profiler_sees([CONTROL, CUTE, TORCH_REDUCE], [2.0, 5.0, 95.0])
+    judge, _, _ = _judge("report")
+    judge.audit_kernels()
+    assert judge.result["kernel_audit"]["work"]["dsl_share"] == 0.05
+    with pytest.raises(Rejected) as caught:
+        judge.check_work_share()
+    assert caught.value.code == "dsl.eager_work" and "5%" in str(caught.value)
+
+
+def test_a_dsl_kernel_doing_most_of_the_work_passes_the_share(profiler_sees) -> None:
+    profiler_sees([CONTROL, CUTE, TORCH_REDUCE, CUBLAS], [2.0, 60.0, 40.0, 900.0])
+    judge, _, _ = _judge("report")
+    judge.audit_kernels()
+    judge.check_work_share()
+    assert judge.result["kernel_audit"]["work"]["library_us"] == 900.0
+
+
+def test_confirmed_launches_with_junk_durations_break_the_protocol(monkeypatch) -> None:
+    monkeypatch.setattr(
+        dsl_hooks, "profiled_kernel_names", lambda call: ([CONTROL, CUTE], ["a", "b"], True)
+    )
+    judge, _, _ = _judge("report")
+    with pytest.raises(Rejected) as caught:
+        judge.audit_kernels()
+    assert caught.value.code == "runner.protocol"
+
+
+def test_the_bypass_verdict_comes_before_the_share(profiler_sees) -> None:
+    profiler_sees([CONTROL, CUTE, TORCH_REDUCE], [2.0, 5.0, 95.0])
+    judge, _, _ = _judge("report")
+    judge.launches, judge.phase, judge.timed = [1], lambda name: None, lambda name, start: None
+    judge.job["dsl_checks"] = True
+    judge.bypass_test = lambda: "still_valid"  # type: ignore[method-assign]
+    with pytest.raises(Rejected) as caught:
+        judge.launch_evidence()
+    assert caught.value.code == "dsl.bypass_still_valid"
+    judge.bypass_test = lambda: "outputs_failed"  # type: ignore[method-assign]
+    with pytest.raises(Rejected) as caught:
+        judge.launch_evidence()
+    assert caught.value.code == "dsl.eager_work"

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from engine.grading.runner_proc import RunnerOptions, _alive, runner_env
+from engine.grading.judge import runner_options
+from engine.grading.runner_proc import RunnerOptions, _alive, preload_modules, runner_env
 
 
 def test_a_zombie_counts_as_exited_and_a_running_child_as_alive() -> None:
@@ -39,3 +40,11 @@ def test_the_runner_environment_carries_no_keys(monkeypatch: pytest.MonkeyPatch)
     assert "canary" not in str(env) and "sk-" not in str(env) and "MY_SECRET" not in env
     assert "PYTHONPATH" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_a_runner_started_for_a_job_preloads_its_dsl_only_and_a_spare_both() -> None:
+    for dsl, modules in (("cute", "cutlass,cutlass.cute"), ("tirx", "tvm,tvm_ffi")):
+        options = runner_options({"device": "cuda", "dsl": dsl})
+        assert options.dsl == dsl and preload_modules(options) == modules
+    assert preload_modules(RunnerOptions(device="cuda")) == "cutlass,cutlass.cute,tvm,tvm_ffi"
+    assert preload_modules(RunnerOptions(device="cuda", dsl="cute", preload_dsls=False)) == ""
