@@ -3,6 +3,7 @@
 #   STAGE=validate  the jail on this host, runner start-up, every reference solution and the
 #                   two controls
 #   STAGE=redteam   the dynamic red-team set with a real CuTe kernel, p36 tirx five times
+#                   (PART=1/2 then PART=2/2 in two device calls: the set takes ~10 min now)
 #   STAGE=scoring   every solution once, p36 tirx four more times, the red-team cases of scoring
 #                   (EXTRA: more solution files to grade after them, e.g. variants)
 #   STAGE=profile   the solutions outside the grader (host/device/e2e), the full-scale catalog
@@ -52,7 +53,7 @@ for line in sys.stdin:
     ;;
   redteam)
     timeout "${REDTEAM_S:-420}" python3 benchmarks/redteam_gpu.py --out "$WORK/redteam" \
-      --device cuda > "$WORK/redteam.log" 2>&1
+      --device cuda --part "${PART:-1/1}" > "$WORK/redteam.log" 2>&1
     echo "redteam rc=$?" >> "$WORK/redteam.log"
     if [ "${REPEAT:-1}" = 1 ]; then
       timeout "${REPEAT_S:-150}" python3 benchmarks/gpu_validation.py "$WORK/repeat" \

@@ -320,10 +320,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds per evaluation after eager timing"
     )
+    parser.add_argument(
+        "--part",
+        default="1/1",
+        help="K/N: the K-th of N equal slices of the cases (the whole set no longer fits one "
+        "10-minute device call: ~10-15 s per case through a warm grader)",
+    )
     parser.add_argument("files", nargs="*", type=Path, help="red-team files (default: all)")
     args = parser.parse_args(argv)
     cases = [read_case(p) for p in args.files] if args.files else all_cases()
-    return asyncio.run(run(args.out, args.device, args.dsl, args.timeout, cases))
+    return asyncio.run(run(args.out, args.device, args.dsl, args.timeout, part(cases, args.part)))
+
+
+def part(cases: list[Case], spec: str) -> list[Case]:
+    """The ``K/N`` slice of ``cases`` (in order; the slices cover every case once)."""
+    try:
+        k, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise SystemExit(f"--part must be K/N, not {spec!r}") from None
+    if not 1 <= k <= n:
+        raise SystemExit(f"--part {spec}: K must be within 1..N")
+    size = -(-len(cases) // n)
+    return cases[(k - 1) * size : k * size]
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from benchmarks.redteam_gpu import (
     all_cases,
     baseline_source,
     classify,
+    part,
     read_case,
     splice_honest,
 )
@@ -217,3 +218,14 @@ def test_a_flagged_or_floored_clock_in_the_preview_counts_as_caught() -> None:
     assert classify(case, "cpu", **fast, flags=["timing.mismatch"]) == CAUGHT
     other = Case(Path("n9_cache.py"), "n", ("correctness.recheck",), ("correctness.recheck",))
     assert classify(other, "cpu", **fast, flags=["timing.judge_floor"]) == THROUGH
+
+
+def test_the_gpu_run_splits_the_cases_into_slices_that_cover_each_once() -> None:
+    halves = part(CASES, "1/2") + part(CASES, "2/2")
+    assert [c.name for c in halves] == [c.name for c in CASES]
+    thirds = [part(CASES, f"{k}/3") for k in (1, 2, 3)]
+    assert sum(len(t) for t in thirds) == len(CASES) and all(thirds)
+    with pytest.raises(SystemExit, match="K/N"):
+        part(CASES, "half")
+    with pytest.raises(SystemExit, match="within"):
+        part(CASES, "3/2")
