@@ -11,6 +11,9 @@
 #   STAGE=smallcalls where a small call's host time goes (call_cadence_gpu.py), then p36 TIRx
 #                   five times, p28 CuTe and p25 TIRx through one warm grader without and with
 #                   the runners' warm-up spin (WARMUP_MS, default 2) after staging
+#   STAGE=diag      which CPUs slow each other (cpu_pairs.py), then three warm graders in
+#                   turn, each grading p36 TIRx five times, p36 CuTe, p28 CuTe and p25 TIRx
+#                   with the per-call trace (call_trace_summary.py prints it)
 #   STAGE=overhead  grading overhead (cold, warm back to back, warm paced) and the grading
 #                   jail's escape probes with their unjailed controls
 # A carried bubblewrap (.gpu-dsl/bwrap: the binary and its three libraries) is installed first
@@ -128,6 +131,21 @@ for line in open(sys.argv[1]):
         s = ((r.get("breakdown") or {}).get("submission") or {})
         print(r["file"], r["verdict"], "%.2f" % (r["speedup"] or 0), "host", s.get("host_ms"), "dev", s.get("device_ms"), "e2e", s.get("e2e_ms"))
 ' "$f"; done; } > "$OUT/summary.txt" 2>&1
+    ;;
+  diag)
+    timeout 90 python3 benchmarks/cpu_pairs.py "$WORK/pairs.json" > "$WORK/pairs.log" 2>&1
+    S=problems/solutions
+    for V in "first:" "second:" "third:"; do
+      name=${V%%:*}
+      # shellcheck disable=SC2086
+      timeout "${STEPS_S:-130}" python3 benchmarks/grading_steps_gpu.py "$WORK/steps_$name.jsonl" \
+        --wait-s "${WAIT_S:-15}" --gap-s 2 --call-trace ${V#*:} $S/p36_tirx.py $S/p36_tirx.py \
+        $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py $S/p36_cute.py $S/p28_cute.py \
+        $S/p25_tirx.py > "$WORK/steps_$name.log" 2>&1
+    done
+    { cat "$WORK/pairs.log"; for name in first second third; do echo "== $name";
+      python3 benchmarks/call_trace_summary.py "$WORK/steps_$name.jsonl" "$WORK/pairs.json";
+      done; } > "$OUT/summary.txt" 2>&1
     ;;
   overhead)
     timeout "${OVERHEAD_S:-300}" python3 benchmarks/grading_overhead.py --device cuda \

@@ -52,8 +52,9 @@ async def main(
     gap_s: float,
     device: str = "cuda",
     stage_warmup_ms: float = 0.0,
+    call_trace: bool = False,
 ) -> int:
-    config = EvalConfig(stage_warmup_ms=stage_warmup_ms)
+    config = EvalConfig(stage_warmup_ms=stage_warmup_ms, call_trace=call_trace)
     backend = LocalBackend(gpus="auto" if device == "cuda" else None, config=config)
     start = time.perf_counter()
     await backend.start()
@@ -78,6 +79,7 @@ async def main(
                 "started_ahead": clock.get("judge_started_ahead"),
                 "stage_warmup_ms": stage_warmup_ms,
                 "breakdown": clock.get("breakdown"),
+                "call_trace": clock.get("call_trace"),
             }
             sink.write(json.dumps(row) + "\n")
             sink.flush()
@@ -97,10 +99,21 @@ if __name__ == "__main__":
     parser.add_argument(
         "--stage-warmup-ms", type=float, default=0.0, help="EvalConfig.stage_warmup_ms (A/B)"
     )
+    parser.add_argument(
+        "--call-trace", action="store_true", help="record EvalConfig.call_trace's rows"
+    )
     args = parser.parse_intermixed_args()
     files = args.files or DEFAULT
     sys.exit(
         asyncio.run(
-            main(args.out, files, args.wait_s, args.gap_s, args.device, args.stage_warmup_ms)
+            main(
+                args.out,
+                files,
+                args.wait_s,
+                args.gap_s,
+                args.device,
+                args.stage_warmup_ms,
+                args.call_trace,
+            )
         )
     )

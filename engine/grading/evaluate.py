@@ -53,6 +53,9 @@ class EvalConfig:
     # its core is awake when the call comes (outside every clock; both runners alike). Off
     # until a GPU run shows it helps (docs/grading.md, "Session 7"); at most 50 ms.
     stage_warmup_ms: float = 0.0
+    # Keep a per-call trace of the timed calls (figures, the CPUs the runner and the judge
+    # ran on, steal ticks) in ``clock.call_trace``: diagnostics, off by default.
+    call_trace: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.stage_warmup_ms <= 50.0:
@@ -158,6 +161,7 @@ def make_job(request: GradeRequest, device: str, config: EvalConfig, workdir: st
         "dsl_checks": device == "cuda" if config.dsl_checks is None else config.dsl_checks,
         "kernel_audit": config.kernel_audit,
         "stage_warmup_ms": config.stage_warmup_ms,
+        "call_trace": config.call_trace,
     }
 
 
@@ -237,6 +241,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                     ("submission", data.get("clock")),
                     ("eager", data.get("eager_clock")),
                     ("breakdown", data.get("breakdown")),  # the runners' host/device split
+                    ("call_trace", data.get("call_trace")),  # diagnostics, when asked for
                 )
                 if v
             },

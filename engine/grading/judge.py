@@ -33,6 +33,7 @@ from typing import Any
 
 from engine.grading.breakdown import CallBreakdown
 from engine.grading.call_evidence import CallEvidence, _int
+from engine.grading.call_trace import CallTrace
 from engine.grading.judge_clock import JudgeClock, scored_ms
 from engine.grading.output_checks import Expected, OutputChecks
 from engine.grading.rejections import InfrastructureError, Rejected
@@ -113,6 +114,8 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             "timer": "judge_clock+runner_wall_sync" if self.cuda else "judge_clock+perf_counter",
         }
         self.breakdown = CallBreakdown(self.result)  # the runners' host/device split (unscored)
+        self.trace: CallTrace | None = None  # diagnostics (EvalConfig.call_trace)
+        self.traces: dict[str, CallTrace] = {}
 
     # -- helpers ----------------------------------------------------------------------------
     def phase(self, name: str) -> None:
@@ -128,6 +131,13 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         if warmup_ms > 0:
             message["warm_s"] = warmup_ms / 1e3
         return message
+
+    def start_trace(self, runner: RunnerProcess, side: str) -> CallTrace | None:
+        """A per-call trace of one side's timed calls, when the job asks for one."""
+        if not self.job.get("call_trace"):
+            return None
+        trace = self.traces[side] = CallTrace(runner.pid)
+        return trace
 
     def inputs(self, seed: int) -> list[Any]:
         return self.problem.make_inputs(seed, self.device, self.scale)
@@ -152,6 +162,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             self.await_spare()
             self.timed("runner_wait", waited)  # a part of "eager", not beside it
             self.phase("eager_timing")  # the calls are timed from here (quiet, see zygote.py)
+            eager_trace = self.start_trace(reference, "eager")
             clock = self.calibrate(reference, transport)
             self.result["eager_clock"] = clock
             armed, _ = reference.request({"op": "arm"}, deadline)
@@ -182,6 +193,8 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
                     eager_gaps.append(judge_ms - float(reply["ms"]))
                     call_gaps.append(call_gap)
                     self.breakdown.add("eager", reply)
+                    if eager_trace is not None:
+                        eager_trace.add(reply, judge_ms)
             profiled = _monotonic()
             self.breakdown.settle("eager", reference, deadline, self.cuda)
             self.timed("eager_profile", profiled)  # a part of "eager", not beside it
@@ -297,6 +310,8 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.scored_judge_ms = judge_ms + self.report_ms
         reply["threads"] = max(_int(reply.get("threads")), _int(report.get("threads")))
         self.calls += 1
+        if timed and self.trace is not None:
+            self.trace.add(reply, judge_ms)
         self.check_evidence(reply, judge_ms, timed)
         out = self.check_memory(out, described, shipment, inputs)
         self.check_stable(out, described)
@@ -376,6 +391,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.timed("warmup", start)
 
         self.phase("timing")
+        self.trace = self.start_trace(runner, "submission")
         start = _monotonic()
         rechecks = set(self.job.get("recheck", []))
         for i, seed in enumerate(seeds["timed"]):
@@ -419,6 +435,8 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         return prepared.reference
 
     def close(self) -> None:
+        if self.traces:
+            self.result["call_trace"] = {side: t.summary() for side, t in self.traces.items()}
         if self.prepared is not None:
             self.prepared.reference.close()
         if self.transport is not None:
