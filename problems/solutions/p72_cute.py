@@ -1,30 +1,54 @@
 """p72 gated delta-net decode step (Qwen3-Next: 8 q/k heads, 16 v heads, d 128) in CuTe DSL,
-called through TVM-FFI.
+gates in the kernel, called through TVM-FFI.
 
-The kernel is the first p72 CuTe solution's (before session 6), with the same arithmetic in the same order: each warp owns one
-row ``v`` of one head's k-last state ``S[v, :]`` (128 fp32); with ``gS = g * S[v, :]`` it
-computes ``v_old = gS . k`` (warp reduction), ``S'[v, :] = gS + beta * (v[v] - v_old) * k``
-(written to the new state) and ``out[v] = scale * S'[v, :] . q`` (second reduction). The
-row is read twice; the second read hits L1.
+A port of ``p72_tirx.py`` (design and arithmetic order) to CuTe DSL. One ``solve()`` is two
+``torch.empty_like`` and one TVM-FFI call of one compiled kernel; the ~9 eager PyTorch ops
+that the first file (``variants/p72_cute_eager_gates.py``) spends on the gates are gone.
 
-What changed is the call path. The function is compiled once per shape with
-``options="--enable-tvm-ffi"`` and called with the torch tensors in their own shapes
-(``state``/``new_state [B, Hv, d, d]``, ``q``/``k [B, 1, Hk, d]``, ``v``/``out
-[B, 1, Hv, d]``, ``g``/``beta [B, 1, Hv]``) and ``scale`` as a Python float: the kernel
-indexes the 4-D/3-D tensors directly (``batch, head, v`` decoded from the warp's row, q/k
-head ``head // (Hv / Hk)``, as the first p72 CuTe solution's (before session 6) flattened indices did), so the eight
-``.contiguous().view(...)`` calls and eight ``from_dlpack`` wrappers per call are gone, and
-the head counts come from the compiled static shapes instead of scalar arguments. TVM-FFI
-checks shape, strides, dtype and device of every tensor at the call.
+Layout: a CTA of 256 threads (8 warps) owns 32 rows of one (batch, value head) k-last state
+``S[v, :]`` (grid ``B * Hv * 4``); each warp owns 4 consecutive rows and lane ``l`` the
+columns ``4l .. 4l+3`` of each, so a row is one 16-byte access per lane
+(``cute.autovec_copy`` of a ``(4):(1)`` slice, alignment 16 declared with
+``from_dlpack(..., assumed_align=16)`` and checked by TVM-FFI at each call) and a warp
+instruction covers one contiguous 512-byte row. Per thread:
 
-Eager glue that remains: the gates ``g = exp(-exp(A_log) * softplus(a + dt_bias))`` and
-``beta = sigmoid(b)`` (1,024 scalars each, ~9 small PyTorch kernels), computed with the
-reference's own ops so that ``g``, which multiplies the whole state, is bit-identical to the
-reference's. Moving them into the kernel would save those launches (~40 µs of host time) but
-would change ``g`` by an ulp or two (the DSL's ``exp``/``log1p`` are not PyTorch's), which
-cannot be checked against the tolerance without a GPU. Expected on the H200: ~60 µs of host
-time (gates ~45 µs, two ``empty_like``, one TVM-FFI call) instead of 291 µs, device time as
-before (~57 µs), so ~110 µs end to end instead of 330 µs. Measured on the H200 (session 6, docs/solutions.md): 127 µs host, 57.0 µs device, 175 µs end to end (16.1 % of SOL).
+* the 4 state rows first (four 16-byte loads issued together: the DRAM traffic), then its 4
+  values of ``k`` and ``q`` (one 8-byte load each) and the 4 values ``v[row0 .. row0+3]``;
+* the gates of its (batch, head), computed in float64 from the raw inputs and rounded once
+  to float32: warp 0 computes ``g = exp(-exp(A_log) * softplus(a + dt_bias))`` (softplus with
+  PyTorch's threshold 20: ``x`` if ``x > 20``, else ``log1p(exp(x))``) and warp 1
+  ``beta = 1 / (1 + exp(-b))``; lane 0 of each puts its gate in 8 bytes of shared memory,
+  one barrier, every thread reads both. ``cute.math.exp`` / ``log1p`` work on
+  ``cutlass.Float64``: with ``fastmath`` off they lower to libdevice's double-precision
+  ``exp`` / ``log1p`` (the sm_90a PTX has ``fma.rn.f64`` polynomials there, no
+  ``ex2.approx`` / ``lg2.approx``), accurate to about 1 ulp of float64, so after the single
+  rounding to float32 ``g`` and ``beta`` are the correctly rounded float32 values of the
+  anchor's (float64) gates, bar a near-tie (~1e-16 relative). LLVM turns the softplus branch
+  into a select and ``1 / (1 + e)`` into ``rcp.rn.f64`` (the same correctly rounded value)
+  and leaves ``beta`` to lane 0 of warp 1 alone. Float32 gates with PyTorch's own ops (one
+  rounding per op, as the eager reference) would still pass, with less margin: on the smoke
+  inputs the emulated state error is 7.6e-9 against an allowance of 4.1e-8, 1.2e-8 with
+  float32 gates;
+* per row, in the reference's order: ``gS = g * S``, ``v_old = sum(gS * k)`` (4 products
+  summed in column order within the lane, then ``cute.arch.warp_reduction_sum``: butterfly
+  shuffles with offsets 16, 8, 4, 2, 1, so every lane holds the same value),
+  ``delta = beta * (v - v_old)``, ``S' = gS + delta * k`` (stored as one 16-byte vector) and
+  ``out = scale * sum(S' * q)`` (same reduction), rounded to bf16; lane 0 stores the 4
+  outputs of its warp as one 8-byte vector. The multiply-adds are contracted to FMAs
+  (``fma(gS, k, acc)``, ``fma(delta, k, gS)``, ``fma(S', q, acc2)``: ``fma.rn.f32`` in the
+  sm_90a PTX); ``tests/solutions/test_p72_cute_emulation.py`` emulates exactly this
+  arithmetic on the CPU and checks it against the problem's reference and anchor.
+
+The state is read once and written once (8 bytes per element, 134 MB at full size); q, k, v
+and the gate inputs are a few hundred KB, served from L2. ``A_log``, ``a``, ``dt_bias`` and
+``b`` are read as scalars (no alignment assumed). Resources (cuobjdump of the sm_90a cubin): 54
+registers, no local memory, 1 KB of shared memory, so 4 CTAs (32 warps) per SM with 64 KB of
+state loads in flight; grid 4,096 CTAs at full size.
+
+Measured on the H200 (session 9, docs/solutions.md): 15.7-15.9 µs host, 35.3-35.8 µs device,
+54.7-55.6 µs end to end (50.6-51.4 % of SOL) in a plain process, against 135-154 µs host and
+180-198 µs end to end for the eager-gates file in the same runs; through the trusted grader it
+passes (one launch per call, bypass ``outputs_failed``, kernel audit ``confirmed``) at 5.86x.
 """
 
 from __future__ import annotations
@@ -34,21 +58,29 @@ from typing import Any
 import cutlass
 import cutlass.cute as cute
 import torch
-import torch.nn.functional as F
 from cutlass.cute.runtime import from_dlpack
+from cutlass.memory import SmemAllocator
 
-ROWS_PER_CTA = 4
-THREADS = 32 * ROWS_PER_CTA
+DIM = 128
+VEC = 4  # fp32 state columns per lane: one 16-byte vector
+ROWS_PER_WARP = 4
+WARPS = 8
+THREADS = 32 * WARPS
+ROWS_PER_CTA = ROWS_PER_WARP * WARPS  # 32
+BLOCKS_PER_HEAD = DIM // ROWS_PER_CTA  # 4
+SOFTPLUS_THRESHOLD = 20.0  # torch.nn.functional.softplus default (beta 1)
 
 
 @cute.kernel
 def _gdn_decode_kernel(
-    mS: cute.Tensor,
     mQ: cute.Tensor,
     mK: cute.Tensor,
     mV: cute.Tensor,
-    mG: cute.Tensor,
-    mBeta: cute.Tensor,
+    mS: cute.Tensor,
+    mAlog: cute.Tensor,
+    mA: cute.Tensor,
+    mDtb: cute.Tensor,
+    mB: cute.Tensor,
     mSout: cute.Tensor,
     mOut: cute.Tensor,
     scale: cutlass.Float32,
@@ -56,62 +88,116 @@ def _gdn_decode_kernel(
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     lane = tidx % 32
-    row = bidx * ROWS_PER_CTA + tidx // 32
+    warp = tidx // 32
     heads_v = mS.shape[1]
-    dim = mS.shape[3]
-    group = heads_v // mQ.shape[2]
-    if row < mS.shape[0] * heads_v * dim:
-        bh = row // dim
-        vrow = row - bh * dim
-        batch = bh // heads_v
-        head = bh - batch * heads_v
-        qk = head // group
-        gate = mG[batch, 0, head]
-        beta = mBeta[batch, 0, head]
-        acc = cutlass.Float32(0.0)
-        for j in cutlass.range(lane, dim, 32, unroll_full=True):
-            acc = acc + (gate * mS[batch, head, vrow, j]) * mK[batch, 0, qk, j].to(cutlass.Float32)
-        v_old = cute.arch.warp_reduction_sum(acc)
-        delta = beta * (mV[batch, 0, head, vrow].to(cutlass.Float32) - v_old)
-        acc2 = cutlass.Float32(0.0)
-        for j in cutlass.range(lane, dim, 32, unroll_full=True):
-            s = gate * mS[batch, head, vrow, j] + delta * mK[batch, 0, qk, j].to(cutlass.Float32)
-            mSout[batch, head, vrow, j] = s
-            acc2 = acc2 + s * mQ[batch, 0, qk, j].to(cutlass.Float32)
-        o = cute.arch.warp_reduction_sum(acc2)
+    bh = bidx // BLOCKS_PER_HEAD
+    bi = bh // heads_v
+    h = bh - bi * heads_v
+    kh = h // (heads_v // mQ.shape[2])
+    row0 = (bidx % BLOCKS_PER_HEAD) * ROWS_PER_CTA + warp * ROWS_PER_WARP
+
+    smem = SmemAllocator()
+    gate_s = smem.allocate_tensor(cutlass.Float32, cute.make_layout((2,)), byte_alignment=16)
+
+    # state rows first: the DRAM traffic
+    sv = [cute.make_rmem_tensor((VEC,), cutlass.Float32) for _ in range(ROWS_PER_WARP)]
+    for r in cutlass.range_constexpr(ROWS_PER_WARP):
+        cute.autovec_copy(cute.local_tile(mS[bi, h, row0 + r, None], (VEC,), (lane,)), sv[r])
+    kv = cute.make_rmem_tensor((VEC,), cutlass.BFloat16)
+    qv = cute.make_rmem_tensor((VEC,), cutlass.BFloat16)
+    vv = cute.make_rmem_tensor((ROWS_PER_WARP,), cutlass.BFloat16)
+    cute.autovec_copy(cute.local_tile(mK[bi, 0, kh, None], (VEC,), (lane,)), kv)
+    cute.autovec_copy(cute.local_tile(mQ[bi, 0, kh, None], (VEC,), (lane,)), qv)
+    cute.autovec_copy(
+        cute.local_tile(mV[bi, 0, h, None], (ROWS_PER_WARP,), (row0 // ROWS_PER_WARP,)), vv
+    )
+
+    # gates in float64, rounded once to float32: warp 0 computes g, warp 1 beta, for the
+    # whole CTA (one (batch, head)); the state loads above are already in flight meanwhile
+    if warp == 0:
+        x = mA[bi, 0, h].to(cutlass.Float64) + mDtb[h].to(cutlass.Float64)
+        sp = x
+        if x <= cutlass.Float64(SOFTPLUS_THRESHOLD):
+            sp = cute.math.log1p(cute.math.exp(x))
+        g64 = cute.math.exp(-(cute.math.exp(mAlog[h].to(cutlass.Float64)) * sp))
         if lane == 0:
-            mOut[batch, 0, head, vrow] = (scale * o).to(cutlass.BFloat16)
+            gate_s[0] = g64.to(cutlass.Float32)
+    if warp == 1:
+        e = cute.math.exp(-mB[bi, 0, h].to(cutlass.Float64))
+        if lane == 0:
+            gate_s[1] = (cutlass.Float64(1.0) / (cutlass.Float64(1.0) + e)).to(cutlass.Float32)
+    cute.arch.sync_threads()
+    gate = gate_s[0]
+    beta = gate_s[1]
+
+    kf = kv.load().to(cutlass.Float32)
+    qf = qv.load().to(cutlass.Float32)
+    vf = vv.load().to(cutlass.Float32)
+    ov = cute.make_rmem_tensor((ROWS_PER_WARP,), cutlass.BFloat16)
+    for r in cutlass.range_constexpr(ROWS_PER_WARP):
+        gs = []
+        acc = cutlass.Float32(0.0)
+        for i in cutlass.range_constexpr(VEC):
+            gs.append(gate * sv[r][i])
+            acc = acc + gs[i] * kf[i]
+        v_old = cute.arch.warp_reduction_sum(acc)
+        delta = beta * (vf[r] - v_old)
+        sn = cute.make_rmem_tensor((VEC,), cutlass.Float32)
+        acc2 = cutlass.Float32(0.0)
+        for i in cutlass.range_constexpr(VEC):
+            s = gs[i] + delta * kf[i]
+            sn[i] = s
+            acc2 = acc2 + s * qf[i]
+        cute.autovec_copy(sn, cute.local_tile(mSout[bi, h, row0 + r, None], (VEC,), (lane,)))
+        o = cute.arch.warp_reduction_sum(acc2)
+        ov[r] = (scale * o).to(cutlass.BFloat16)
+    if lane == 0:
+        cute.autovec_copy(
+            ov,
+            cute.local_tile(mOut[bi, 0, h, None], (ROWS_PER_WARP,), (row0 // ROWS_PER_WARP,)),
+        )
 
 
 @cute.jit
 def _gdn_decode(
-    mS: cute.Tensor,
     mQ: cute.Tensor,
     mK: cute.Tensor,
     mV: cute.Tensor,
-    mG: cute.Tensor,
-    mBeta: cute.Tensor,
+    mS: cute.Tensor,
+    mAlog: cute.Tensor,
+    mA: cute.Tensor,
+    mDtb: cute.Tensor,
+    mB: cute.Tensor,
     mSout: cute.Tensor,
     mOut: cute.Tensor,
     scale: cutlass.Float32,
 ):
-    rows = mS.shape[0] * mS.shape[1] * mS.shape[2]
-    ctas = (rows + ROWS_PER_CTA - 1) // ROWS_PER_CTA
-    _gdn_decode_kernel(mS, mQ, mK, mV, mG, mBeta, mSout, mOut, scale).launch(
+    ctas = mS.shape[0] * mS.shape[1] * BLOCKS_PER_HEAD
+    _gdn_decode_kernel(mQ, mK, mV, mS, mAlog, mA, mDtb, mB, mSout, mOut, scale).launch(
         grid=[ctas, 1, 1], block=[THREADS, 1, 1]
     )
 
 
 _CACHE: dict[tuple[object, ...], Any] = {}
 
+# tensors read or written as 16-byte (state) or 8-byte (q, k, v, out) vectors
+_ALIGNED = (True, True, True, True, False, False, False, False, True, True)
 
-def _compile(tensors: list[torch.Tensor], scale: float, key: tuple) -> Any:
-    state, q = tensors[0], tensors[1]
-    if state.shape[2] != state.shape[3] or state.shape[1] % q.shape[2] != 0:
-        raise ValueError("expects a square k-last state and Hv a multiple of Hk")
+
+def _compile(tensors: list[torch.Tensor], scale: float, key: tuple[object, ...]) -> Any:
+    """The TVM-FFI launcher for this shape (static shapes, 16-byte alignment of the vector
+    operands compiled in; TVM-FFI checks shape, strides, dtype, device and alignment)."""
+    q, state = tensors[0], tensors[3]
+    if q.shape[-1] != DIM or state.shape[-1] != DIM or state.shape[-2] != DIM:
+        raise ValueError(f"this kernel is specialised to head size {DIM}")
+    if state.shape[1] % q.shape[2] != 0:
+        raise ValueError("expects Hv a multiple of Hk")
     fn = cute.compile(
         _gdn_decode,
-        *(from_dlpack(t) for t in tensors),
+        *(
+            from_dlpack(t, assumed_align=16) if aligned else from_dlpack(t)
+            for t, aligned in zip(tensors, _ALIGNED, strict=True)
+        ),
         cutlass.Float32(scale),
         options="--enable-tvm-ffi",
     )
@@ -120,14 +206,11 @@ def _compile(tensors: list[torch.Tensor], scale: float, key: tuple) -> Any:
 
 
 def solve(q, k, v, state, A_log, a, dt_bias, b, scale: float):
-    # The gates, with the reference's own ops (bit-identical g and beta), [B, 1, Hv] fp32.
-    g = torch.exp(-torch.exp(A_log.float()) * F.softplus(a.float() + dt_bias.float()))
-    beta = torch.sigmoid(b.float())
     new_state = torch.empty_like(state)
     out = torch.empty_like(v)
     key = (state.shape, q.shape)
     fn = _CACHE.get(key)
     if fn is None:
-        fn = _compile([state, q, k, v, g, beta, new_state, out], scale, key)
-    fn(state, q, k, v, g, beta, new_state, out, scale)
+        fn = _compile([q, k, v, state, A_log, a, dt_bias, b, new_state, out], scale, key)
+    fn(q, k, v, state, A_log, a, dt_bias, b, new_state, out, float(scale))
     return out, new_state
