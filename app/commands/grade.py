@@ -58,10 +58,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="memory limit of the child in MiB (default 16384 in CPU preview)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="grade N times, each in a fresh child, and report the median speedup and its "
+        "spread (small calls move with the host's CPU speed; default 1, at most 20)",
+    )
+    parser.add_argument(
+        "--call-trace",
+        action="store_true",
+        help="record each timed call's figures and CPUs in the feedback (clock.call_trace)",
+    )
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    from engine.grading import repeats
     from engine.grading.api import DSLS, GradeRequest
     from engine.grading.evaluate import (
         EvalConfig,
@@ -70,6 +84,8 @@ def handle(args: argparse.Namespace) -> int:
         resolve_problem,
     )
 
+    if not 1 <= args.repeat <= repeats.MAX_REPEATS:
+        return usage_error(f"--repeat must be within 1..{repeats.MAX_REPEATS} (got {args.repeat})")
     if args.dsl not in DSLS:
         return usage_error(f"--dsl must be one of {', '.join(DSLS)} (got {args.dsl!r})")
     if args.device not in ("auto", "cpu", "cuda"):
@@ -93,14 +109,29 @@ def handle(args: argparse.Namespace) -> int:
         memory_limit_mb=args.memory_mb,
         kernel_audit=args.kernel_audit,
         unsafe_no_jail=args.unsafe_no_jail,
+        call_trace=args.call_trace,
     )
-    feedback = grade_in_subprocess(request, config, device)
+    if args.repeat == 1:
+        feedback = grade_in_subprocess(request, config, device)
+        if args.json:
+            json.dump(feedback.to_dict(), sys.stdout, indent=2, default=str)
+            print()
+        else:
+            print(render(feedback.to_dict()))
+        return 0 if feedback.verdict in repeats.PASSING else 1
+    feedbacks = []
+    for i in range(args.repeat):
+        fb = grade_in_subprocess(request, config, device).to_dict()
+        feedbacks.append(fb)
+        if not args.json:
+            print(f"[{i + 1}/{args.repeat}] " + render(fb).replace("\n", "\n      "), flush=True)
+    summary = repeats.summarize(feedbacks)
     if args.json:
-        json.dump(feedback.to_dict(), sys.stdout, indent=2, default=str)
+        json.dump({"summary": summary, "gradings": feedbacks}, sys.stdout, indent=2, default=str)
         print()
     else:
-        print(render(feedback.to_dict()))
-    return 0 if feedback.verdict in ("pass", "preview") else 1
+        print(repeats.render(summary))
+    return 0 if summary["all_passed"] else 1
 
 
 def usage_error(message: str) -> int:
@@ -169,6 +200,8 @@ def render(fb: dict[str, Any]) -> str:
         lines.append(f"  bypass test: {fb.get('bypass') or '—'}")
         audit = fb.get("kernel_audit")
         if audit:
-            lines.append(f"  kernel audit (profiler): {audit['status']} "
-                         f"({audit['dsl_kernel_runs']} DSL kernel runs seen, mode {audit['mode']})")
+            lines.append(
+                f"  kernel audit (profiler): {audit['status']} "
+                f"({audit['dsl_kernel_runs']} DSL kernel runs seen, mode {audit['mode']})"
+            )
     return "\n".join(lines)

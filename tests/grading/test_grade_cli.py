@@ -33,6 +33,25 @@ def test_honest_preview_exits_zero_and_says_preview() -> None:
 
 
 @pytest.mark.slow
+def test_repeat_grades_in_fresh_children_and_summarizes_the_spread() -> None:
+    honest = str(FIXTURES / "honest" / "p28_plain.py")
+    proc = mkb(
+        "p28", "--dsl", "cute", honest, "--device", "cpu", "--repeat", "2", "--json", "--call-trace"
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    gradings, summary = out["gradings"], out["summary"]
+    assert [g["verdict"] for g in gradings] == ["preview", "preview"]
+    assert summary["gradings"] == 2 and summary["all_passed"] is True
+    speedups = [g["speedup"] for g in gradings]
+    assert summary["speedups"] == [round(s, 4) for s in speedups]
+    assert summary["speedup_min"] <= summary["speedup_median"] <= summary["speedup_max"]
+    # each grading ran in its own child and carries its own per-call trace
+    assert gradings[0]["request_id"] == gradings[1]["request_id"] == "p28_plain.py"
+    assert all(len(g["clock"]["call_trace"]["submission"]["rows"]) > 0 for g in gradings)
+
+
+@pytest.mark.slow
 def test_forged_stdout_cheat_fails_in_a_fresh_worker_with_json() -> None:
     proc = mkb(
         "p28",
@@ -71,6 +90,8 @@ def test_static_failure_exits_one_with_line() -> None:
         ("p28", "--dsl", "triton", str(FIXTURES / "honest" / "p28_plain.py")),
         ("p28", "--dsl", "cute", "missing_file.py"),
         ("p28", "--dsl", "cute", str(FIXTURES / "honest" / "p28_plain.py"), "--device", "tpu"),
+        ("p28", "--dsl", "cute", str(FIXTURES / "honest" / "p28_plain.py"), "--repeat", "0"),
+        ("p28", "--dsl", "cute", str(FIXTURES / "honest" / "p28_plain.py"), "--repeat", "21"),
     ],
 )
 def test_usage_errors_exit_two(args: tuple[str, ...]) -> None:
