@@ -113,6 +113,7 @@ def test_cpu_grading_reports_host_and_end_to_end_per_side(grade) -> None:
         assert 0 < figures["host_ms"] < 10_000 and figures["host_ms"] == figures["e2e_ms"]
     assert split["submission"]["e2e_ms"] == pytest.approx(feedback.impl_event_median_ms)
     assert split["eager"]["e2e_ms"] == pytest.approx(feedback.eager_event_median_ms)
+    assert "call_trace" not in feedback.clock  # diagnostics only when asked for
 
 
 def test_garbage_figures_are_ignored_and_change_nothing(grade) -> None:
