@@ -6,7 +6,8 @@
 #                   (PART=1/2 then PART=2/2 in two device calls: the set takes ~10 min now)
 #   STAGE=scoring   every solution once, p36 tirx four more times, the red-team cases of scoring
 #                   (EXTRA: more solution files to grade after them, e.g. variants)
-#   STAGE=profile   the solutions outside the grader (host/device/e2e), the full-scale catalog
+#   STAGE=profile   the solutions outside the grader (host/device/e2e), p52's kernels one by
+#                   one, a plain copy's bandwidth, the full-scale catalog
 #   STAGE=check     the full-scale catalog alone, JOBS children at a time (default 4)
 #   STAGE=smallcalls where a small call's host time goes (call_cadence_gpu.py), then p36 TIRx
 #                   five times, p28 CuTe and p25 TIRx through one warm grader without and with
@@ -93,6 +94,10 @@ for line in sys.stdin:
     timeout "${PROFILE_S:-220}" python3 benchmarks/solutions_profile.py "$WORK/profile.jsonl" \
       --device cuda --calls 15 > "$WORK/profile.log" 2>&1
     echo "profile rc=$?" >> "$WORK/profile.log"
+    # p52's kernels one by one (the GEMM's share of the FP8 peak) and a plain copy's bandwidth
+    # (the ceiling the memory-bound p28/p36 kernels are held to)
+    timeout 120 python3 benchmarks/kernel_split_gpu.py "$WORK/kernel_split.jsonl" >> "$WORK/profile.log" 2>&1
+    timeout 60 python3 benchmarks/copy_bandwidth_gpu.py "$WORK/copy_bandwidth.json" >> "$WORK/profile.log" 2>&1
     timeout "${CHECK_S:-340}" python3 -m problems.check --device cuda --scale full \
       --jobs "${JOBS:-4}" > "$WORK/check_full.txt" 2>&1
     echo "rc=$?" >> "$WORK/check_full.txt"
