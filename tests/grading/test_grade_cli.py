@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.grading.evaluate import PREVIEW_COUNTS
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -46,9 +48,14 @@ def test_repeat_grades_in_fresh_children_and_summarizes_the_spread() -> None:
     speedups = [g["speedup"] for g in gradings]
     assert summary["speedups"] == [round(s, 4) for s in speedups]
     assert summary["speedup_min"] <= summary["speedup_median"] <= summary["speedup_max"]
-    # each grading ran in its own child and carries its own per-call trace
+    # each grading ran in its own child and carries its own trace of every timed call
     assert gradings[0]["request_id"] == gradings[1]["request_id"] == "p28_plain.py"
-    assert all(len(g["clock"]["call_trace"]["submission"]["rows"]) > 0 for g in gradings)
+    for grading in gradings:
+        for side in ("eager", "submission"):
+            rows = grading["clock"]["call_trace"][side]["rows"]
+            assert len(rows) == PREVIEW_COUNTS[2]
+            assert all(r["runner_cpu"] is not None and r["judge_cpu"] is not None for r in rows)
+            assert all(r["ms"] is not None and r["judge_ms"] >= r["ms"] > 0 for r in rows)
 
 
 @pytest.mark.slow
