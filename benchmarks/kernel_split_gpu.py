@@ -49,7 +49,7 @@ def split(path: Path, calls: int) -> dict[str, Any]:
         if seen is None:
             return {"file": path.name, "error": "no profiler"}
         got_names, durations, _ = seen
-        kernels = [(n, d) for n, d in zip(got_names, durations, strict=True)][1:]  # control first
+        kernels = list(zip(got_names, durations, strict=True))[1:]  # the control comes first
         if not names:
             names = [n for n, _ in kernels]
             per_kernel = [[] for _ in kernels]

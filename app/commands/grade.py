@@ -111,25 +111,19 @@ def handle(args: argparse.Namespace) -> int:
         unsafe_no_jail=args.unsafe_no_jail,
         call_trace=args.call_trace,
     )
-    if args.repeat == 1:
-        feedback = grade_in_subprocess(request, config, device)
-        if args.json:
-            json.dump(feedback.to_dict(), sys.stdout, indent=2, default=str)
-            print()
-        else:
-            print(render(feedback.to_dict()))
-        return 0 if feedback.verdict in repeats.PASSING else 1
     feedbacks = []
     for i in range(args.repeat):
         fb = grade_in_subprocess(request, config, device).to_dict()
         feedbacks.append(fb)
         if not args.json:
-            print(f"[{i + 1}/{args.repeat}] " + render(fb).replace("\n", "\n      "), flush=True)
+            prefix = f"[{i + 1}/{args.repeat}] " if args.repeat > 1 else ""
+            print(prefix + render(fb).replace("\n", "\n" + " " * len(prefix)), flush=True)
     summary = repeats.summarize(feedbacks)
     if args.json:
-        json.dump({"summary": summary, "gradings": feedbacks}, sys.stdout, indent=2, default=str)
+        out = feedbacks[0] if args.repeat == 1 else {"summary": summary, "gradings": feedbacks}
+        json.dump(out, sys.stdout, indent=2, default=str)
         print()
-    else:
+    elif args.repeat > 1:
         print(repeats.render(summary))
     return 0 if summary["all_passed"] else 1
 

@@ -114,8 +114,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             "timer": "judge_clock+runner_wall_sync" if self.cuda else "judge_clock+perf_counter",
         }
         self.breakdown = CallBreakdown(self.result)  # the runners' host/device split (unscored)
-        self.trace: CallTrace | None = None  # diagnostics (EvalConfig.call_trace)
-        self.traces: dict[str, CallTrace] = {}
+        self.traces: dict[str, CallTrace] = {}  # diagnostics per side (EvalConfig.call_trace)
 
     # -- helpers ----------------------------------------------------------------------------
     def phase(self, name: str) -> None:
@@ -310,8 +309,8 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.scored_judge_ms = judge_ms + self.report_ms
         reply["threads"] = max(_int(reply.get("threads")), _int(report.get("threads")))
         self.calls += 1
-        if timed and self.trace is not None:
-            self.trace.add(reply, judge_ms)
+        if timed and "submission" in self.traces:
+            self.traces["submission"].add(reply, judge_ms)
         self.check_evidence(reply, judge_ms, timed)
         out = self.check_memory(out, described, shipment, inputs)
         self.check_stable(out, described)
@@ -391,7 +390,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.timed("warmup", start)
 
         self.phase("timing")
-        self.trace = self.start_trace(runner, "submission")
+        self.start_trace(runner, "submission")
         start = _monotonic()
         rechecks = set(self.job.get("recheck", []))
         for i, seed in enumerate(seeds["timed"]):
