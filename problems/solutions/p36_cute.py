@@ -6,24 +6,22 @@ Layout: ``x``, ``y`` are row-major ``[rows, 128]`` bf16 (a row is 256 bytes = 16
 8-element chunk ``[8c, 8c + 8)``, so a warp reads two whole rows with fully coalesced 16-byte
 loads (``ld.global.v4.b32``; ``cute.autovec_copy`` of a ``(8):(1)`` global slice into a
 register fragment, alignment 16 declared with ``from_dlpack(..., assumed_align=16)`` and
-checked by TVM-FFI at each call). A 256-thread CTA covers 16 rows per step and four steps
-(64 rows): each thread first issues the loads of its four rows (64 bytes in flight per
-thread), then per row squares and sums its 8 values in fp32, reduces over its 16 threads
-with four butterfly shuffles (``warp_reduction_sum(threads_in_group=16)``), and writes
-``(x * rsqrt(mean + eps)) * w`` as bf16 with one 16-byte store. Rows past the end (the last
-CTA when rows % 64 != 0) load a clamped, valid row, so every lane takes part in the
-shuffles, and skip the store.
+checked by TVM-FFI at each call). A 128-thread CTA covers 8 rows per step and two steps
+(16 rows): each thread first issues the loads of its two rows, then per row squares and sums
+its 8 values in fp32, reduces over its 16 threads with four butterfly shuffles
+(``warp_reduction_sum(threads_in_group=16)``), and writes ``(x * rsqrt(mean + eps)) * w`` as
+bf16 with one 16-byte store. Rows past the end (the last CTA when rows % 16 != 0) load a
+clamped, valid row, so every lane takes part in the shuffles, and skip the store.
 
-Numerics: those of the first p36 solution and the reference (fp32 sum of squares, ``(x * inv) * w`` in
-fp32, one rounding to bf16); only the summation order differs.
+Numerics: those of the reference (fp32 sum of squares, ``(x * inv) * w`` in fp32, one rounding
+to bf16); only the summation order differs.
 
 Traffic: 2 bytes read + 2 bytes written per element, once (the 256-byte weight stays in L1/L2):
-266 MB at full scale, SOL 55.5 µs at 4.8 TB/s. Expected: about 62-68 µs on the device (~85 % of
-peak HBM bandwidth, what streaming kernels reach on the H200) and ~15 µs of host time (one
-TVM-FFI call and one ``torch.empty_like``), so about 75-85 µs end to end, 70-75 % of SOL.
-Registers: 53 per thread, no spills (ptxas -v, sm_90a), so 4 CTAs (1,024 threads) per SM with
-64 KB of loads in flight per SM, ~8.4 MB over the GPU (what Little's law asks for at ~4.8 TB/s
-and ~1 µs of loaded latency). Grid: 8,127 CTAs at full scale. Measured on the H200 (session 6, docs/solutions.md): 13.5 µs host, 65.3 µs device, 83.3 µs end to end (66.6 % of SOL).
+266 MB at full scale, SOL 55.5 µs at 4.8 TB/s. Why small CTAs and few rows per thread: on the
+H200 a plain copy of the same bytes is fastest with one or two 16-byte vectors per thread
+(63.3 µs, 87.5 % of HBM peak), and this shape took the kernel from 64.4-65.3 µs (256 threads,
+four rows each) to 62.0-63.2 µs, the copy's ceiling (session 10, docs/solutions.md). Grid:
+32,508 CTAs at full scale.
 """
 
 from __future__ import annotations
@@ -39,10 +37,10 @@ EPS = 1e-6
 HIDDEN = 128
 VEC = 8  # bf16 elements per 16-byte vector
 THREADS_PER_ROW = HIDDEN // VEC  # 16
-THREADS = 256
-ROW_STEP = THREADS // THREADS_PER_ROW  # 16 rows per CTA step
-UNROLL = 4  # rows per thread
-ROWS_PER_CTA = ROW_STEP * UNROLL  # 64
+THREADS = 128
+ROW_STEP = THREADS // THREADS_PER_ROW  # 8 rows per CTA step
+UNROLL = 2  # rows per thread
+ROWS_PER_CTA = ROW_STEP * UNROLL  # 16
 
 
 @cute.kernel

@@ -1,15 +1,17 @@
 """p36 RMSNorm over 128 channels (bf16, 520,128 rows) in TIRx, 16-byte vector accesses.
 
-Eight lanes per row, four rows per warp, 32 rows per 256-thread CTA. Lane ``l`` of a row owns
-the 16-byte chunks ``l`` and ``l + 8`` (8 bf16 each), so every warp-wide access covers whole
-contiguous 128-byte segments. Each lane loads its two chunks of ``x`` once (``uint4``), sums
-the squares in fp32, reduces over its 8 lanes with shuffles (xor 4, 2, 1), and stores
-``(x * rsqrt(mean + eps)) * w`` as bf16 with two ``uint4`` stores: one read of ``x``, one write
-of ``y`` (4 bytes per element). Rows past the end of a partial last CTA read the last row (so
-every lane takes part in the shuffles) and store nothing.
+Sixteen lanes per row, two rows per warp, 8 rows per 128-thread CTA (65,016 CTAs at full
+scale). Lane ``l`` of a row owns the 16-byte chunk ``l`` (8 bf16), so every warp-wide access
+covers two whole rows (512 contiguous bytes). Each lane loads its chunk of ``x`` once (``uint4``), sums the squares in
+fp32, reduces over its 16 lanes with shuffles (xor 8, 4, 2, 1), and stores
+``(x * rsqrt(mean + eps)) * w`` as bf16 with one ``uint4`` store: one read of ``x``, one
+write of ``y`` (4 bytes per element). Rows past the end of a partial last CTA read the last
+row (so every lane takes part in the shuffles) and store nothing.
 
-Measured on the H200 (session 6, docs/solutions.md): 14.5 µs host, 65.2 µs device,
-83.7 µs end to end (66.3 % of SOL).
+Why small CTAs and one vector per lane: on the H200 a plain TIRx copy of the same 266 MB is
+fastest with one 16-byte vector per thread (63.3 µs, 87.5 % of HBM peak; 65.5 µs with eight),
+and this layout took the kernel from 64.9-65.1 µs (8 lanes x 2 chunks, 32-row CTAs) to
+62.1-62.7 µs, the copy's ceiling (session 10, docs/solutions.md).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from tvm.script import tirx as T
 
 EPS = 1e-6
 HIDDEN = 128
-LANES_PER_ROW = 8  # 8 lanes x 2 chunks x 8 bf16 = 128 channels
-ROWS_PER_CTA = 32  # 256 threads
+LANES_PER_ROW = 16  # 16 lanes x 1 chunk x 8 bf16 = 128 channels
+ROWS_PER_CTA = 8  # 128 threads
 THREADS = LANES_PER_ROW * ROWS_PER_CTA
 
 
@@ -39,28 +41,25 @@ def _rmsnorm(x_ptr: T.handle, w_ptr: T.handle, y_ptr: T.handle):
     sub = tx % LANES_PER_ROW
     row = cta * ROWS_PER_CTA + tx // LANES_PER_ROW
     src = T.min(row, rows - 1)
-    xv = T.alloc_local((16,), "bfloat16")
-    wv = T.alloc_local((16,), "bfloat16")
-    f = T.alloc_local((16,), "float32")
+    xv = T.alloc_local((8,), "bfloat16")
+    wv = T.alloc_local((8,), "bfloat16")
+    f = T.alloc_local((8,), "float32")
     acc = T.alloc_local((1,), "float32")
-    for j in T.unroll(2):
-        for i in T.vectorized(8):
-            xv[j * 8 + i] = X[src, (j * LANES_PER_ROW + sub) * 8 + i]
-    for j in T.unroll(2):
-        for i in T.vectorized(8):
-            wv[j * 8 + i] = W[(j * LANES_PER_ROW + sub) * 8 + i]
+    for i in T.vectorized(8):
+        xv[i] = X[src, sub * 8 + i]
+    for i in T.vectorized(8):
+        wv[i] = W[sub * 8 + i]
     acc[0] = T.float32(0)
-    for i in T.unroll(16):
+    for i in T.unroll(8):
         f[i] = T.Cast("float32", xv[i])
         acc[0] = acc[0] + f[i] * f[i]
     total = T.cuda.warp_sum(acc[0], LANES_PER_ROW)
     rstd = T.rsqrt(total / T.float32(HIDDEN) + T.float32(EPS))
-    for i in T.unroll(16):
+    for i in T.unroll(8):
         xv[i] = T.Cast("bfloat16", f[i] * rstd * T.Cast("float32", wv[i]))
     if row < rows:
-        for j in T.unroll(2):
-            for i in T.vectorized(8):
-                Y[row, (j * LANES_PER_ROW + sub) * 8 + i] = xv[j * 8 + i]
+        for i in T.vectorized(8):
+            Y[row, sub * 8 + i] = xv[i]
 
 
 def _target() -> dict[str, str]:
