@@ -15,6 +15,9 @@
 #   STAGE=diag      which CPUs slow each other (cpu_pairs.py), then three warm graders in
 #                   turn, each grading p36 TIRx five times, p36 CuTe, p28 CuTe and p25 TIRx
 #                   with the per-call trace (call_trace_summary.py prints it)
+#   STAGE=warmcalls one warm grader without, then one with, EvalConfig.warm_calls (an untimed
+#                   call on the previous inputs before each timed call), each grading p36
+#                   TIRx five times, p36 CuTe, p28 CuTe, p25 TIRx and p72 TIRx with the trace
 #   STAGE=overhead  grading overhead (cold, warm back to back, warm paced) and the grading
 #                   jail's escape probes with their unjailed controls
 # A carried bubblewrap (.gpu-dsl/bwrap: the binary and its three libraries) is installed first
@@ -155,6 +158,19 @@ for line in open(sys.argv[1]):
     { cat "$WORK/pairs.log"; for name in first second third; do echo "== $name";
       python3 benchmarks/call_trace_summary.py "$WORK/steps_$name.jsonl" "$WORK/pairs.json";
       done; } > "$OUT/summary.txt" 2>&1
+    ;;
+  warmcalls)
+    S=problems/solutions
+    for W in off on; do
+      FLAG=""; [ "$W" = on ] && FLAG=--warm-calls
+      timeout "${STEPS_S:-200}" python3 benchmarks/grading_steps_gpu.py "$WORK/steps_$W.jsonl" \
+        --wait-s 15 --gap-s 2 --call-trace $FLAG $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py \
+        $S/p36_tirx.py $S/p36_tirx.py $S/p36_cute.py $S/p28_cute.py $S/p25_tirx.py \
+        $S/p72_tirx.py > "$WORK/steps_$W.log" 2>&1
+    done
+    { for W in off on; do echo "== warm calls $W"
+      python3 benchmarks/call_trace_summary.py "$WORK/steps_$W.jsonl" 2>&1 | cut -c1-300; done; } \
+      > "$OUT/summary.txt" 2>&1
     ;;
   overhead)
     timeout "${OVERHEAD_S:-300}" python3 benchmarks/grading_overhead.py --device cuda \

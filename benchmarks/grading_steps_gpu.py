@@ -53,8 +53,11 @@ async def main(
     device: str = "cuda",
     stage_warmup_ms: float = 0.0,
     call_trace: bool = False,
+    warm_calls: bool = False,
 ) -> int:
-    config = EvalConfig(stage_warmup_ms=stage_warmup_ms, call_trace=call_trace)
+    config = EvalConfig(
+        stage_warmup_ms=stage_warmup_ms, call_trace=call_trace, warm_calls=warm_calls
+    )
     backend = LocalBackend(gpus="auto" if device == "cuda" else None, config=config)
     start = time.perf_counter()
     await backend.start()
@@ -78,6 +81,7 @@ async def main(
                 "eager": {k: (clock.get("eager") or {}).get(k) for k in CLOCK_KEYS},
                 "started_ahead": clock.get("judge_started_ahead"),
                 "stage_warmup_ms": stage_warmup_ms,
+                "warm_calls": clock.get("warm_calls"),
                 "breakdown": clock.get("breakdown"),
                 "call_trace": clock.get("call_trace"),
             }
@@ -102,6 +106,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--call-trace", action="store_true", help="record EvalConfig.call_trace's rows"
     )
+    parser.add_argument("--warm-calls", action="store_true", help="EvalConfig.warm_calls (A/B)")
     args = parser.parse_intermixed_args()
     files = args.files or DEFAULT
     sys.exit(
@@ -114,6 +119,7 @@ if __name__ == "__main__":
                 args.device,
                 args.stage_warmup_ms,
                 args.call_trace,
+                args.warm_calls,
             )
         )
     )

@@ -71,6 +71,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="record each timed call's figures and CPUs in the feedback (clock.call_trace)",
     )
+    parser.add_argument(
+        "--warm-calls",
+        action="store_true",
+        help="precede each warm-up and timed call, on both sides, with an untimed call on the "
+        "previous inputs, so calls are timed with their code in the caches (recorded as "
+        "clock.warm_calls)",
+    )
     parser.set_defaults(func=handle)
 
 
@@ -110,6 +117,7 @@ def handle(args: argparse.Namespace) -> int:
         kernel_audit=args.kernel_audit,
         unsafe_no_jail=args.unsafe_no_jail,
         call_trace=args.call_trace,
+        warm_calls=args.warm_calls,
     )
     feedbacks = []
     for i in range(args.repeat):

@@ -56,6 +56,12 @@ class EvalConfig:
     # Keep a per-call trace of the timed calls (figures, the CPUs the runner and the judge
     # ran on, steal ticks) in ``clock.call_trace``: diagnostics, off by default.
     call_trace: bool = False
+    # Precede each warm-up and timed call, on both sides, with an untimed call on the previous
+    # call's inputs (outputs dropped), so the call is timed with its code and data in the
+    # caches rather than evicted by the judge's checks in between. Never for problems with
+    # in-place outputs (their previous inputs were written). Off until a GPU run shows it
+    # helps (docs/grading.md, "Warm calls").
+    warm_calls: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.stage_warmup_ms <= 50.0:
@@ -162,6 +168,7 @@ def make_job(request: GradeRequest, device: str, config: EvalConfig, workdir: st
         "kernel_audit": config.kernel_audit,
         "stage_warmup_ms": config.stage_warmup_ms,
         "call_trace": config.call_trace,
+        "warm_calls": config.warm_calls,
     }
 
 
@@ -250,6 +257,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                 if "judge_started_ahead" in data
                 else {}
             ),
+            **({"warm_calls": data["warm_calls"]} if data.get("warm_calls") else {}),
         },
         impl_event_median_ms=data.get("impl_event_median_ms"),
         eager_event_median_ms=data.get("eager_event_median_ms"),

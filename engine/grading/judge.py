@@ -115,6 +115,11 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         }
         self.breakdown = CallBreakdown(self.result)  # the runners' host/device split (unscored)
         self.traces: dict[str, CallTrace] = {}  # diagnostics per side (EvalConfig.call_trace)
+        # an untimed call before each warm-up and timed call (EvalConfig.warm_calls); not for
+        # in-place problems, whose previous inputs were written by the previous call
+        self.warm_calls = bool(job.get("warm_calls")) and not self.inplace
+        if self.warm_calls:  # how many ran per side (a first call has no previous inputs)
+            self.result["warm_calls"] = {"eager": 0, "submission": 0}
 
     # -- helpers ----------------------------------------------------------------------------
     def phase(self, name: str) -> None:
@@ -130,6 +135,24 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         if warmup_ms > 0:
             message["warm_s"] = warmup_ms / 1e3
         return message
+
+    def warm(self, runner: RunnerProcess, deadline: float, side: str) -> None:
+        """The untimed call on the previous inputs that precedes a warm-up or timed call
+        (EvalConfig.warm_calls). Sent before the next inputs are written, so the submission
+        never sees them outside the timed call."""
+        reply, _ = runner.request({"op": "warm"}, deadline)
+        if reply.get("op") == "warmed":
+            self.result["warm_calls"][side] += bool(reply.get("ran"))
+            return
+        error = str(reply.get("error", reply))
+        if side == "eager":
+            raise RuntimeError(f"the eager reference failed in a warm call: {error[-300:]}")
+        if reply.get("op") != "error":
+            raise Rejected("runner.protocol", "the runner did not answer the warm call")
+        self.result["error"] = error[:MAX_ERROR_CHARS]
+        last = error.strip().splitlines()[-1:] or ["?"]
+        code = "memory" if reply.get("memory") else "crash"
+        raise Rejected(code, f"solve() raised in an untimed warm call: {last[0][:300]}")
 
     def start_trace(self, runner: RunnerProcess, side: str) -> CallTrace | None:
         """A per-call trace of one side's timed calls, when the job asks for one."""
@@ -170,7 +193,11 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             for kind, seed in [("warmup", s) for s in seeds["warmup"]] + [
                 ("timed", s) for s in seeds["timed"]
             ]:
-                shipment = transport.ship(self.inputs(seed))
+                inputs = self.inputs(seed)
+                if self.warm_calls:
+                    self.warm(reference, deadline, "eager")
+                shipment = transport.ship(inputs)
+                del inputs
                 reference.request(self.stage_message(shipment.layout), deadline, shipment.fds)
                 shipment.close()
                 reply, _, judge_ms = reference.timed({"op": "call", "id": seed}, deadline)
@@ -281,11 +308,14 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             self.base_threads = reply["threads"]
 
     # -- one call ---------------------------------------------------------------------------
-    def call(self, seed: int, timed: bool = False) -> tuple[Any, list[Any]]:
-        """Run one call in the runner; returns (judge-owned outputs, pristine inputs)."""
+    def call(self, seed: int, timed: bool = False, warm: bool = False) -> tuple[Any, list[Any]]:
+        """Run one call in the runner; returns (judge-owned outputs, pristine inputs). ``warm``:
+        an untimed call on the previous inputs first (EvalConfig.warm_calls)."""
 
         assert self.runner is not None
         inputs = self.inputs(seed)
+        if warm:
+            self.warm(self.runner, self.deadline, "submission")
         shipment = self.transport.ship(inputs)
         staged, _ = self.runner.request(
             self.stage_message(shipment.layout), self.deadline, shipment.fds
@@ -385,7 +415,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         self.phase("warmup")
         start = _monotonic()
         for i, seed in enumerate(seeds["warmup"]):
-            out, _ = self.call(seed)
+            out, _ = self.call(seed, warm=self.warm_calls)
             self.check_sampled(out, expected[seed], "warmup", i)
         self.timed("warmup", start)
 
@@ -394,7 +424,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         start = _monotonic()
         rechecks = set(self.job.get("recheck", []))
         for i, seed in enumerate(seeds["timed"]):
-            out, pristine = self.call(seed, timed=True)
+            out, pristine = self.call(seed, timed=True, warm=self.warm_calls)
             self.check_sampled(out, expected[seed], "timed", i)
             if i in rechecks and not self.check_anchor(out, pristine, "recheck", i):
                 raise self.rejection_for("recheck")

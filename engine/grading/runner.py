@@ -8,6 +8,8 @@ reference outputs, tolerances, future seeds or check plan. It answers the judge 
 * ``alloc`` (GPU) → ``buffers``: device buffers the runner allocates and exports by CUDA IPC,
   which the judge imports and fills with the inputs;
 * ``stage`` (+ memfd with CPU inputs) → ``staged``: the next call's inputs are built;
+* ``warm`` → ``warmed`` (or ``error``): an untimed call on the last call's inputs, its outputs
+  dropped, sent before the judge writes the next call's inputs (``EvalConfig.warm_calls``);
 * ``call`` → ``done`` (the judge's clock runs from this request to this answer): its own
   timing figure, the host time until ``solve`` returned, DSL launches seen by the hooks,
   native thread count; or ``error``;
@@ -218,6 +220,7 @@ class Runner:
         if not callable(solve):
             return {"op": "loaded", "ok": False, "error": "no callable solve(*inputs)"}
         self.solve = solve
+        self.last_inputs = []  # the calibration's probe is no input of this solve (warm)
         return {"op": "loaded", "ok": True, "threads": native_threads()}
 
     def alloc(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -315,6 +318,27 @@ class Runner:
             "threads": native_threads(),
             "py_threads": python_threads(),
         }
+
+    def warm(self) -> dict[str, Any]:
+        """An untimed call on the last call's inputs, outputs dropped (``EvalConfig.warm_calls``).
+
+        It leaves the code and data a call touches in the caches for the timed call that
+        follows, as a call inside a model's forward pass finds them, instead of evicted by the
+        judge's work in between. The judge sends it before it writes the next call's inputs,
+        so the submission cannot see them here; threads it starts and launches it makes are
+        seen at the timed call as usual."""
+        inputs = self.last_inputs
+        if not inputs:
+            return {"op": "warmed", "ran": False}
+        t0 = self._clock()
+        try:
+            out = self.solve(*inputs)
+            if self.cuda:
+                self._sync()
+        except BaseException as exc:  # noqa: BLE001
+            return {"op": "error", "error": short_traceback(exc), "memory": is_memory_error(exc)}
+        del out
+        return {"op": "warmed", "ran": True, "ms": (self._clock() - t0) * 1e3}
 
     def report(self) -> tuple[dict[str, Any], list[int]]:
         """Where the last call's outputs lie (after the judge's clock stopped)."""
@@ -445,6 +469,8 @@ class Runner:
             reply = self.stage(message, fds)
         elif op == "call":
             reply = self.call(message)
+        elif op == "warm":
+            reply = self.warm()
         elif op == "report":
             reply, reply_fds = self.report()
         elif op == "audit":
@@ -456,6 +482,7 @@ class Runner:
             reply = {"op": "referenced"}
         elif op == "arm" and self.armed is not None:
             self.solve = self.armed
+            self.last_inputs = []  # the calibration's probe is no input of the reference (warm)
             reply = {"op": "armed"}
         elif op == "exit":
             reply = {"op": "exit"}
