@@ -321,6 +321,12 @@ def _parse_runtime(exp: dict[str, Any], data: dict[str, Any], path: str) -> dict
                 "with mkb grader serve --kernel-audit)")
         _expect(grading_options["kernel_audit"] in KERNEL_AUDIT_MODES,
                 f"{path} [grading].kernel_audit", f"must be one of {KERNEL_AUDIT_MODES}")
+    if "warm_calls" in grading_options:
+        _expect(grading in ("local", "harbor"), f"{path} [grading].warm_calls",
+                "applies to local and harbor grading (an http grader sets its own "
+                "with mkb grader serve --warm-calls)")
+        _expect(isinstance(grading_options["warm_calls"], bool),
+                f"{path} [grading].warm_calls", "must be true/false")
     return {
         "agent": agent,
         "agent_options": dict(agent_options),

@@ -29,6 +29,7 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
 
     eval_config = EvalConfig(
         kernel_audit=options.pop("kernel_audit", "report"),
+        warm_calls=options.pop("warm_calls", False),
         unsafe_no_jail=config.unsafe_no_jail,  # the same explicit choice covers grading
     )
     if config.grading == "local":

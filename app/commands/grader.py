@@ -42,6 +42,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=kernel_audit.MODES_HELP,
     )
     serve.add_argument(
+        "--warm-calls",
+        action="store_true",
+        help="precede each warm-up and timed call with an untimed call on the previous inputs "
+        "(EvalConfig.warm_calls)",
+    )
+    serve.add_argument(
         "--unsafe-no-jail",
         action="store_true",
         help="UNSAFE: run submissions without the bubblewrap grading jail",
@@ -100,6 +106,7 @@ def handle_serve(args: argparse.Namespace) -> int:
             config=EvalConfig(
                 timeout_s=args.timeout,
                 kernel_audit=args.kernel_audit,
+                warm_calls=args.warm_calls,
                 unsafe_no_jail=args.unsafe_no_jail,
             ),
             warm=not args.cold,

@@ -97,6 +97,9 @@ skill_file = "{skill}"
         (BASIC + '\n[grading]\nkernel_audit = "strict"\n', "[grading].kernel_audit"),
         (BASIC.replace("replicates = 2", 'grading = "http"') + '\n[grading]\n'
          'kernel_audit = "enforce"\n', "mkb grader serve --kernel-audit"),
+        (BASIC + '\n[grading]\nwarm_calls = "yes"\n', "[grading].warm_calls"),
+        (BASIC.replace("replicates = 2", 'grading = "http"') + '\n[grading]\n'
+         'warm_calls = true\n', "mkb grader serve --warm-calls"),
     ],
 )
 def test_invalid_configs_get_clear_errors(text: str, message: str) -> None:
@@ -126,3 +129,12 @@ def test_kernel_audit_reaches_the_local_grader() -> None:
                           "exp.toml")
     backend = make_backend(config)
     assert backend.config.kernel_audit == "enforce"  # type: ignore[attr-defined]
+
+
+def test_warm_calls_reach_the_local_grader() -> None:
+    from engine.factory import make_backend
+
+    text = BASIC + '\n[grading]\nwarm_calls = true\ngpus = "none"\n'
+    assert make_backend(parse_config(text, "exp.toml")).config.warm_calls  # type: ignore[attr-defined]
+    plain = parse_config(BASIC + '\n[grading]\ngpus = "none"\n', "exp.toml")
+    assert not make_backend(plain).config.warm_calls  # type: ignore[attr-defined]
