@@ -197,6 +197,8 @@ def breakdown_text(fb: dict[str, Any]) -> Text | None:
         return None
     text = Text("  host / device / e2e µs: " + " · ".join(parts))
     text.append("  (runner's figures, not scored)", style="dim")
+    if isinstance(clock, dict) and isinstance(clock.get("warm_calls"), dict):  # warm_calls
+        text.append("  each timed call after an untimed warm call", style="dim")
     return text
 
 

@@ -195,6 +195,12 @@ def render(fb: dict[str, Any]) -> str:
     if fb.get("speedup") is not None:
         note = " (preview timing, perf_counter on CPU; not a score)" if verdict == "preview" else ""
         lines.append(f"  speedup: {fb['speedup']:.3g}x{note}")
+    warm = (fb.get("clock") or {}).get("warm_calls")
+    if warm:
+        lines.append(
+            f"  warm calls (untimed, before each timed call): {warm.get('submission', 0)} "
+            f"submission, {warm.get('eager', 0)} eager"
+        )
     if fb.get("import_ok"):
         launches = fb.get("dsl_launches_per_call")
         shown = "skipped: no GPU" if launches is None and verdict == "preview" else launches

@@ -74,3 +74,12 @@ def test_warm_calls_are_off_unless_asked_for_and_reach_the_job() -> None:
     request = GradeRequest("p28", "cute", "x")
     assert make_job(request, "cpu", EvalConfig(), "/t")["warm_calls"] is False
     assert make_job(request, "cpu", EvalConfig(warm_calls=True), "/t")["warm_calls"] is True
+
+
+def test_mkb_grade_says_when_warm_calls_ran() -> None:
+    from app.commands.grade import render
+
+    feedback = {"verdict": "pass", "problem_id": "p36", "dsl": "tirx", "device": "cuda"}
+    assert "warm calls" not in render({**feedback, "clock": {}})
+    shown = render({**feedback, "clock": {"warm_calls": {"submission": 60, "eager": 59}}})
+    assert "warm calls (untimed, before each timed call): 60 submission, 59 eager" in shown

@@ -30,6 +30,9 @@ def test_breakdown_line_formats_microseconds_and_dashes_garbage() -> None:
     empty: list[dict[str, object]] = [{}, {"clock": []}, {"clock": {"breakdown": "x"}}, {}]
     for feedback in empty:
         assert breakdown_text(feedback) is None
+    assert "warm call" not in line
+    warm = {"clock": {"breakdown": SPLIT, "warm_calls": {"submission": 60, "eager": 59}}}
+    assert "each timed call after an untimed warm call" in plain(breakdown_text(warm))
 
 
 async def test_feedback_tab_shows_the_split(make_app, seeded_db: Path) -> None:
