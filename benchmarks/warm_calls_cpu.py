@@ -82,8 +82,8 @@ def graded_host_us(warm: bool) -> dict[str, Any]:
         "part": "grader",
         "warm_calls": warm,
         "verdict": fb.verdict,
-        "submission_host_us": round(1e3 * (split.get("submission") or {}).get("host_ms", 0), 1),
-        "eager_host_us": round(1e3 * (split.get("eager") or {}).get("host_ms", 0), 1),
+        "submission_host_us": round(1e3 * ((split.get("submission") or {}).get("host_ms") or 0), 1),
+        "eager_host_us": round(1e3 * ((split.get("eager") or {}).get("host_ms") or 0), 1),
     }
 
 
