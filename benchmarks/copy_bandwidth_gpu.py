@@ -9,7 +9,7 @@ shortfall is what this measures: PyTorch's own device-to-device ``copy_`` (1:1),
 elementwise kernel (``neg``), a read-only ``sum``, a write-only ``fill_`` and plain TIRx copy
 kernels written the way p36's kernel is (16-byte ``uint4`` loads and stores, 256-thread CTAs,
 ``V`` vectors per thread, all loads issued before the stores), each timed by the profiler's
-device events (the runner's own reader, ``dsl_hooks.profiled_kernel_names``), as GB/s and % of
+device events (the runner's own reader, ``dsl_hooks.profiled_device_ms``), as GB/s and % of
 the peak, and end to end (call to device-wide synchronize, launch cost included, as
 ``solutions_profile.py`` times a solution's % of SOL). Needs a GPU (the TIRx kernels need TVM;
 without it their rows are skipped).
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from engine.grading.dsl_hooks import profiled_kernel_names  # noqa: E402
+from engine.grading.dsl_hooks import profiled_device_ms  # noqa: E402
 
 PEAK_GBS = 4800.0  # H200 HBM3e
 THREADS = 256
@@ -88,18 +88,6 @@ def e2e_us(call: Callable[[], Any], calls: int) -> float:
     return statistics.median(samples)
 
 
-def device_us(call: Callable[[], Any], calls: int) -> float | None:
-    """Median over ``calls`` of the summed device time of the kernels ``call`` launches."""
-    samples = []
-    for _ in range(calls):
-        seen = profiled_kernel_names(call)
-        if seen is None:
-            return None
-        _, durations, _ = seen
-        samples.append(sum(durations[1:]))  # the control kernel comes first
-    return statistics.median(samples)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -134,7 +122,8 @@ def main() -> int:
             if not torch.equal(dst, src):
                 print(json.dumps({"case": name, "error": "copy differs"}), flush=True)
                 continue
-        us = device_us(call, args.calls)
+        ms = profiled_device_ms(call, args.calls)  # the runner's own device-time reader
+        us = None if ms is None else ms * 1e3
         whole = e2e_us(call, args.calls)
         gbs = None if not us else moved / (us * 1e-6) / 1e9
         rows.append(

@@ -49,10 +49,14 @@ SWEEP_BYTES = 64 * 1024 * 1024
 MODES = ("tight loop", "2 ms sleep", "64 MB sweep", "sweep, then a warm call")
 
 
-def solve(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    x = hidden_states.float()
-    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    return (x * inv * weight.float()).to(hidden_states.dtype)
+def _load_submission() -> Callable[..., Any]:
+    """``solve`` of :data:`SUBMISSION`: the plain process runs the very code that is graded."""
+    namespace: dict[str, Any] = {}
+    exec(compile(SUBMISSION, "submission", "exec"), namespace)
+    return namespace["solve"]  # type: ignore[no-any-return]
+
+
+solve = _load_submission()
 
 
 def plain_median_us(mode: str, make: Callable[[int], list[Any]], sweep: torch.Tensor) -> float:

@@ -315,18 +315,19 @@ def _parse_runtime(exp: dict[str, Any], data: dict[str, Any], path: str) -> dict
     grading_options = data.get("grading", {})
     _expect(isinstance(sandbox_options, dict), f"{path} [sandbox]", "must be a table")
     _expect(isinstance(grading_options, dict), f"{path} [grading]", "must be a table")
-    if "kernel_audit" in grading_options:
-        _expect(grading in ("local", "harbor"), f"{path} [grading].kernel_audit",
-                "applies to local and harbor grading (an http grader sets its own "
-                "with mkb grader serve --kernel-audit)")
-        _expect(grading_options["kernel_audit"] in KERNEL_AUDIT_MODES,
-                f"{path} [grading].kernel_audit", f"must be one of {KERNEL_AUDIT_MODES}")
-    if "warm_calls" in grading_options:
-        _expect(grading in ("local", "harbor"), f"{path} [grading].warm_calls",
-                "applies to local and harbor grading (an http grader sets its own "
-                "with mkb grader serve --warm-calls)")
-        _expect(isinstance(grading_options["warm_calls"], bool),
-                f"{path} [grading].warm_calls", "must be true/false")
+    # options of the grading contract itself (EvalConfig); an http grader takes its own
+    contract_options = (
+        ("kernel_audit", lambda v: v in KERNEL_AUDIT_MODES, f"must be one of {KERNEL_AUDIT_MODES}"),
+        ("warm_calls", lambda v: isinstance(v, bool), "must be true/false"),
+    )
+    for key, valid, requirement in contract_options:
+        if key in grading_options:
+            where = f"{path} [grading].{key}"
+            flag = "--" + key.replace("_", "-")
+            _expect(grading in ("local", "harbor"), where,
+                    "applies to local and harbor grading (an http grader sets its own "
+                    f"with mkb grader serve {flag})")
+            _expect(valid(grading_options[key]), where, requirement)
     return {
         "agent": agent,
         "agent_options": dict(agent_options),

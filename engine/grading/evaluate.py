@@ -249,6 +249,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                     ("eager", data.get("eager_clock")),
                     ("breakdown", data.get("breakdown")),  # the runners' host/device split
                     ("call_trace", data.get("call_trace")),  # diagnostics, when asked for
+                    ("warm_calls", data.get("warm_calls")),  # how many ran per side
                 )
                 if v
             },
@@ -257,7 +258,6 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                 if "judge_started_ahead" in data
                 else {}
             ),
-            **({"warm_calls": data["warm_calls"]} if data.get("warm_calls") else {}),
         },
         impl_event_median_ms=data.get("impl_event_median_ms"),
         eager_event_median_ms=data.get("eager_event_median_ms"),

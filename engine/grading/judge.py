@@ -144,15 +144,20 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         if reply.get("op") == "warmed":
             self.result["warm_calls"][side] += bool(reply.get("ran"))
             return
-        error = str(reply.get("error", reply))
         if side == "eager":
-            raise RuntimeError(f"the eager reference failed in a warm call: {error[-300:]}")
+            error = str(reply.get("error", reply))[-300:]
+            raise RuntimeError(f"the eager reference failed in a warm call: {error}")
         if reply.get("op") != "error":
             raise Rejected("runner.protocol", "the runner did not answer the warm call")
+        raise self.solve_raised(reply, "solve() raised in an untimed warm call")
+
+    def solve_raised(self, reply: dict[str, Any], what: str) -> Rejected:
+        """The rejection for a runner's ``error`` reply to a call of ``solve``; keeps the
+        error text on the result."""
+        error = str(reply.get("error", ""))
         self.result["error"] = error[:MAX_ERROR_CHARS]
         last = error.strip().splitlines()[-1:] or ["?"]
-        code = "memory" if reply.get("memory") else "crash"
-        raise Rejected(code, f"solve() raised in an untimed warm call: {last[0][:300]}")
+        return Rejected("memory" if reply.get("memory") else "crash", f"{what}: {last[0][:300]}")
 
     def start_trace(self, runner: RunnerProcess, side: str) -> CallTrace | None:
         """A per-call trace of one side's timed calls, when the job asks for one."""
@@ -327,10 +332,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
         reply, _, judge_ms = self.runner.timed({"op": "call", "id": call_id}, self.deadline)
         op = reply.get("op")
         if op == "error" and reply.get("id") == call_id:
-            self.result["error"] = str(reply.get("error", ""))[:MAX_ERROR_CHARS]
-            code = "memory" if reply.get("memory") else "crash"
-            last = str(reply.get("error", "")).strip().splitlines()[-1:] or ["?"]
-            raise Rejected(code, f"solve() raised: {last[0][:300]}")
+            raise self.solve_raised(reply, "solve() raised")
         if op != "done" or reply.get("id") != call_id:
             raise Rejected("runner.protocol", "the runner's answer does not match the call")
         out, described, report = self.fetch_outputs()
