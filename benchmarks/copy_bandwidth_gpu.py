@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from engine.grading.dsl_hooks import profiled_device_ms  # noqa: E402
+from engine.grading.runner.dsl_hooks import profiled_device_ms  # noqa: E402
 
 PEAK_GBS = 4800.0  # H200 HBM3e
 THREADS = 256

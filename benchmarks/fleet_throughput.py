@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 from engine.attempts.spec import AttemptOutcome, AttemptSpec  # noqa: E402
 from engine.config import ExperimentConfig, parse_config  # noqa: E402
 from engine.grading.api import Feedback, GradeRequest, GradingBackend  # noqa: E402
-from engine.grading.fleet import FleetBackend, FleetMonitor, LocalFleet  # noqa: E402
+from engine.grading.backends.fleet import FleetBackend, FleetMonitor, LocalFleet  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
 from engine.standins.simulated import SimulatedRunner  # noqa: E402
 from storage.store import Store  # noqa: E402

@@ -37,7 +37,7 @@ case "${STAGE:-validate}" in
   validate)
     timeout 120 python3 - > "$WORK/jail_smoke.txt" 2>&1 <<'PY'
 import time
-from engine.grading.runner_proc import RunnerOptions, RunnerProcess
+from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess
 start = time.time()
 runner = RunnerProcess.spawn(RunnerOptions(device="cuda"))
 print("ready", runner.wait_ready(110), round(time.time() - start, 2), "s")

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine.grading.api import GradeRequest  # noqa: E402
-from engine.grading.local import LocalBackend  # noqa: E402
+from engine.grading.backends.local import LocalBackend  # noqa: E402
 
 CONTROLS = [
     ("p28", "cute", REPO / "tests/grading/fixtures/honest/p28_plain.py", "dsl.no_launch"),

@@ -5,7 +5,7 @@
 
 Grades an honest plain-torch p28 submission (tests/grading/fixtures/honest/p28_plain.py)
 with the DSL checks off (it launches no DSL kernel), so the figures are the harness's own
-cost: the static check, a fresh ``python -m engine.grading.judge`` and runner per evaluation
+cost: the static check, a fresh ``python -m engine.grading.judge.judge`` and runner per evaluation
 (cold), a warm parent that forks a judge per evaluation and keeps runners started ahead
 (warm), each phase inside the judge, and the timer floor (timing a call that does nothing).
 CPU preview uses the smoke workload and fewer calls; on a GPU the full workload and the
@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine.grading.api import GradeRequest  # noqa: E402
-from engine.grading.evaluate import EvalConfig, grade_in_subprocess, resolve_device  # noqa: E402
-from engine.grading.local import LocalBackend  # noqa: E402
-from engine.grading.rules import check_source  # noqa: E402
+from engine.grading.backends.local import LocalBackend  # noqa: E402
+from engine.grading.parent.evaluate import EvalConfig, grade_in_subprocess, resolve_device  # noqa: E402
+from engine.grading.rules.static import check_source  # noqa: E402
 
 # timings that are not phases of their own: the child's total, and parts of a phase
 NOT_PHASES = {"child_total", "eager_profile", "runner_wait"}
@@ -58,7 +58,7 @@ def static_rules_ms(source: str, repeats: int = 20) -> dict[str, float]:
 
 
 def timer_floor_ms(device: str, calls: int = 50) -> float:
-    from engine.grading.timing import CpuTimer, CudaTimer
+    from engine.grading.judge.timing import CpuTimer, CudaTimer
 
     timer = CudaTimer() if device == "cuda" else CpuTimer()
     samples = [timer.time_call(lambda: None, ())[1] for _ in range(calls + 10)][10:]

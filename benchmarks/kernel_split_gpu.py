@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from benchmarks.solutions_profile import NAME, load_solve  # noqa: E402
-from engine.grading.dsl_hooks import profiled_kernel_names  # noqa: E402
+from engine.grading.runner.dsl_hooks import profiled_kernel_names  # noqa: E402
 from problems.registry import get  # noqa: E402
 
 S = REPO / "problems" / "solutions"

@@ -1,5 +1,5 @@
 """The runner's two profilers side by side on a GPU: CUPTI's records through ctypes and
-``torch.profiler`` (``engine/grading/cupti_activity.py``, ``dsl_hooks.PROFILER``).
+``torch.profiler`` (``engine/grading/runner/cupti_activity.py``, ``dsl_hooks.PROFILER``).
 
     PYTHONPATH=. python3 benchmarks/profiler_compare_gpu.py [--solution FILE] [--out FILE]
 
@@ -29,7 +29,7 @@ import torch
 steps = {"import_torch": time.perf_counter() - start}
 if not torch.cuda.is_available():
     print(json.dumps({"error": "no CUDA"})); sys.exit(0)
-from engine.grading import dsl_hooks
+from engine.grading.runner import dsl_hooks
 from problems.registry import get
 t = time.perf_counter(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
 steps["cuda_context"] = time.perf_counter() - t

@@ -38,8 +38,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from engine.grading.api import GradeRequest  # noqa: E402
-from engine.grading.evaluate import EvalConfig  # noqa: E402
-from engine.grading.local import LocalBackend  # noqa: E402
+from engine.grading.backends.local import LocalBackend  # noqa: E402
+from engine.grading.parent.evaluate import EvalConfig  # noqa: E402
 
 DYNAMIC = REPO / "tests" / "grading" / "fixtures" / "dynamic"
 SOLUTIONS = REPO / "problems" / "solutions"

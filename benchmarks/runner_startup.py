@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.grading.runner_proc import RunnerOptions, RunnerProcess  # noqa: E402
+from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess  # noqa: E402
 
 IMPORTS = {
     "torch": "import torch",

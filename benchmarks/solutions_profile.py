@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from engine.grading.dsl_hooks import profiled_device_ms  # noqa: E402
+from engine.grading.runner.dsl_hooks import profiled_device_ms  # noqa: E402
 from problems.registry import get  # noqa: E402
 from problems.sol import sol_estimate  # noqa: E402
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.grading.kernel_audit import MODES as KERNEL_AUDIT_MODES
+from engine.grading.judge.kernel_audit import MODES as KERNEL_AUDIT_MODES
 
 KNOWN_SANDBOXES = ("local", "docker", "modal", "daytona")
 KNOWN_GRADING = ("local", "http", "harbor", "simulated")

@@ -266,7 +266,7 @@ def _unknown_options(
 
 
 def http_grading_problems(options: dict[str, Any]) -> list[str]:
-    from engine.grading.http_client import HttpBackend
+    from engine.grading.backends.http_client import HttpBackend
 
     problems = _unknown_options(options, HttpBackend.__init__, "[grading] (http)")
     urls = options.get("urls")
@@ -301,7 +301,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def harbor_grading_problems(options: dict[str, Any], environ: Env) -> list[str]:
-    from engine.grading.harbor_backend import HarborBackend, HarborConfig, HarborConfigError
+    from engine.grading.backends.harbor import HarborBackend, HarborConfig, HarborConfigError
 
     problems = _unknown_options(options, HarborConfig, "[grading] (harbor)")
     if problems:

@@ -25,7 +25,7 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         from engine.standins.simulated import SimulatedBackend
 
         return SimulatedBackend()
-    from engine.grading.evaluate import EvalConfig
+    from engine.grading.parent.evaluate import EvalConfig
 
     eval_config = EvalConfig(
         kernel_audit=options.pop("kernel_audit", "report"),
@@ -33,15 +33,15 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         unsafe_no_jail=config.unsafe_no_jail,  # the same explicit choice covers grading
     )
     if config.grading == "local":
-        from engine.grading.local import LocalBackend
+        from engine.grading.backends.local import LocalBackend
 
         return LocalBackend(config=eval_config, **options)  # type: ignore[no-any-return]
     if config.grading == "http":
         # the http client pool with a cooldown for hosts that just failed
-        from engine.grading.fleet import FleetBackend
+        from engine.grading.backends.fleet import FleetBackend
 
         return FleetBackend(**options)
-    from engine.grading.harbor_backend import HarborBackend, HarborConfig
+    from engine.grading.backends.harbor import HarborBackend, HarborConfig
 
     return HarborBackend(HarborConfig(**options), eval_config)
 

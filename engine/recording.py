@@ -28,7 +28,7 @@ from engine.events import (
     SubmissionRejected,
 )
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
-from engine.grading.gate import GradingGate
+from engine.grading.backends.gate import GradingGate
 from storage import writes
 
 _ANALYSIS = re.compile(r"(?s)^\s*Analysis:\s*(.*?)(?:\n\s*Plan:\s*(.*))?$")

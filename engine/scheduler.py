@@ -60,7 +60,7 @@ from engine.events import (
     StaleAttempts,
 )
 from engine.grading.api import GradingBackend
-from engine.grading.gate import GradingGate
+from engine.grading.backends.gate import GradingGate
 from engine.plan import Plan, PlanNode, build_plan
 from engine.recording import RecordingBackend, StoreObserver
 from engine.retry import RetryPolicy

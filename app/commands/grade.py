@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.grading import kernel_audit
+from engine.grading.judge import kernel_audit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from engine.grading import repeats
     from engine.grading.api import DSLS, GradeRequest
-    from engine.grading.evaluate import (
+    from engine.grading.parent.evaluate import (
         EvalConfig,
         gpu_count,
         grade_in_subprocess,

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from engine.grading import kernel_audit
+from engine.grading.judge import kernel_audit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,9 +82,9 @@ def handle_serve(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
-    from engine.grading.evaluate import EvalConfig
-    from engine.grading.http_server import is_loopback, start_server
-    from engine.grading.local import LocalBackend
+    from engine.grading.backends.http_server import is_loopback, start_server
+    from engine.grading.backends.local import LocalBackend
+    from engine.grading.parent.evaluate import EvalConfig
 
     token = args.token or os.environ.get("MKB_GRADER_TOKEN") or None
     try:

@@ -122,7 +122,7 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
     async def main() -> Any:
         monitor = None
         if hasattr(backend, "status") and config.grading == "http":
-            from engine.grading.fleet import FleetMonitor
+            from engine.grading.backends.fleet import FleetMonitor
 
             def publish(snapshot: Any) -> None:  # queue depth and GPU utilisation
                 bus.notify(FleetStatus(config.id, **snapshot.to_dict()))

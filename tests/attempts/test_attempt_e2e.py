@@ -325,7 +325,7 @@ async def test_an_endpoint_that_is_down_fails_the_attempt(tmp_path: Path) -> Non
 
 @needs_namespaces
 async def test_attempt_with_the_local_grading_backend(tmp_path: Path) -> None:
-    local = pytest.importorskip("engine.grading.local")
+    local = pytest.importorskip("engine.grading.backends.local")
     backend = local.LocalBackend(gpus=None, preload_dsls=False)
     observer = MemoryObserver()
     try:

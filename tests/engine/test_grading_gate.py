@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from engine.grading.gate import GradingGate
+from engine.grading.backends.gate import GradingGate
 
 
 async def _hold(gate: GradingGate, purpose: str, name: str, log: list[str],

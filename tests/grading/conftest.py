@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.grading.api import Feedback, GradeRequest
-from engine.grading.evaluate import EvalConfig
-from engine.grading.local import LocalBackend
+from engine.grading.backends.local import LocalBackend
+from engine.grading.parent.evaluate import EvalConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_PROBLEMS = {

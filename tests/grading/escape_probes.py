@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine.grading.supervise import REPO_ROOT
+from engine.grading.parent.supervise import REPO_ROOT
 
 HONEST = """
 def honest(hidden_states, residual, weight):

@@ -9,9 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.grading.judge import Channel
-from engine.grading.supervise import Limits
-from engine.grading.zygote import BackgroundPause, Primed, Spares, run_supervised, started_ahead
+from engine.grading.judge.judge import Channel
+from engine.grading.parent.supervise import Limits
+from engine.grading.parent.zygote import (
+    BackgroundPause,
+    Primed,
+    Spares,
+    run_supervised,
+    started_ahead,
+)
 
 TREE = (
     "import subprocess, sys, time;"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from engine.grading import dsl_hooks
-from engine.grading.breakdown import MAX_MS, CallBreakdown, sane_ms
-from engine.grading.evaluate import PREVIEW_COUNTS
-from engine.grading.runner import Runner
+from engine.grading.judge.breakdown import MAX_MS, CallBreakdown, sane_ms
+from engine.grading.parent.evaluate import PREVIEW_COUNTS
+from engine.grading.runner import dsl_hooks
+from engine.grading.runner.loop import Runner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from engine.grading.api import GradeRequest
-from engine.grading.call_trace import MAX_ROWS, CallTrace, cpu_of, steal_ticks
-from engine.grading.evaluate import EvalConfig, make_job
+from engine.grading.judge.call_trace import MAX_ROWS, CallTrace, cpu_of, steal_ticks
+from engine.grading.parent.evaluate import EvalConfig, make_job
 
 
 def test_cpu_of_reads_the_cpu_a_process_last_ran_on() -> None:

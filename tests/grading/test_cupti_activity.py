@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from engine.grading import cupti_activity, dsl_hooks
-from engine.grading.cupti_activity import (
+from engine.grading.runner import cupti_activity, dsl_hooks
+from engine.grading.runner.cupti_activity import (
     KIND_CONCURRENT_KERNEL,
     KIND_MEMCPY,
     KIND_MEMSET,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.grading.api import Feedback, GradeRequest
-from engine.grading.evaluate import EvalConfig
-from engine.grading.local import LocalBackend
-from engine.grading.supervise import REPO_ROOT
+from engine.grading.backends.local import LocalBackend
+from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.parent.supervise import REPO_ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = sorted((FIXTURES / "dsl").glob("*.py"))

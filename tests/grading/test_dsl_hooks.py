@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from engine.grading import dsl_hooks
+from engine.grading.runner import dsl_hooks
 
 
 def test_install_without_the_dsl_returns_none() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine.grading import dsl_hooks
+from engine.grading.runner import dsl_hooks
 
 PROBE = Path(__file__).parent / "fixtures" / "dsl_paths" / "probe.py"
 COUNTED = {"plain": {"hooked": 2, "real": 2}, "bypass": {"hooked": 1, "real": 0}}

@@ -32,11 +32,11 @@ from benchmarks.redteam_gpu import (
     read_case,
     splice_honest,
 )
-from engine.grading.rules import check_source, first_reason
+from engine.grading.rules.static import check_source, first_reason
 
 CASES = all_cases()
 CLASSES = "abcdefghijklmn"
-# The two-process judge's stable reason codes (rule.* codes come from engine/grading/rules.py).
+# The two-process judge's stable reason codes (rule.* codes: engine/grading/rules/static.py).
 JUDGE_REASONS = {
     "correctness.tolerance",
     "correctness.recheck",

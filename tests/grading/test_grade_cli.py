@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.grading.evaluate import PREVIEW_COUNTS
+from engine.grading.parent.evaluate import PREVIEW_COUNTS
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -112,18 +112,18 @@ def test_usage_errors_exit_two(args: tuple[str, ...]) -> None:
     [
         # the `mkb grade` parent: no torch either (it only reads, spawns and waits)
         (
-            ("app.commands.grade", "engine.grading.evaluate"),
+            ("app.commands.grade", "engine.grading.parent.evaluate"),
             ("torch", "aiohttp", "textual", "harbor", "sqlite_utils"),
         ),
         # the judge path on a GPU host: torch, numpy and the DSLs only
         (
             (
-                "engine.grading.judge",
-                "engine.grading.zygote",
-                "engine.grading.wire",
-                "engine.grading.runner_proc",
-                "engine.grading.dsl_hooks",
-                "engine.grading.timing",
+                "engine.grading.judge.judge",
+                "engine.grading.parent.zygote",
+                "engine.grading.judge.wire",
+                "engine.grading.judge.runner_proc",
+                "engine.grading.runner.dsl_hooks",
+                "engine.grading.judge.timing",
                 "problems.registry",
             ),
             ("aiohttp", "textual", "harbor", "sqlite_utils", "scipy"),

@@ -1,5 +1,5 @@
 """The harbor backend: configuration checks and clear errors (no Docker on this machine), and
-the in-container entry point (``python -m engine.grading.supervise --job-file``) it runs."""
+the in-container entry point (``python -m engine.grading.parent.supervise --job-file``) it runs."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from engine.grading.api import GradeRequest
-from engine.grading.evaluate import EvalConfig, make_job
-from engine.grading.harbor_backend import HarborBackend, HarborConfig, HarborConfigError
-from engine.grading.supervise import REPO_ROOT, Limits, tagged_messages
+from engine.grading.backends.harbor import HarborBackend, HarborConfig, HarborConfigError
+from engine.grading.parent.evaluate import EvalConfig, make_job
+from engine.grading.parent.supervise import REPO_ROOT, Limits, tagged_messages
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()
@@ -62,7 +62,7 @@ def test_container_entry_point_reads_and_deletes_the_job_file(tmp_path: Path) ->
     job_file = tmp_path / "job.json"
     job_file.write_text(json.dumps({"job": job, "limits": asdict(Limits(timeout_s=60))}))
     out = subprocess.run(
-        [sys.executable, "-m", "engine.grading.supervise", "--job-file", str(job_file)],
+        [sys.executable, "-m", "engine.grading.parent.supervise", "--job-file", str(job_file)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

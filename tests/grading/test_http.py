@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 
 from engine.grading.api import GradeRequest
-from engine.grading.evaluate import EvalConfig
-from engine.grading.http_client import HttpBackend
-from engine.grading.http_server import start_server
-from engine.grading.local import LocalBackend
+from engine.grading.backends.http_client import HttpBackend
+from engine.grading.backends.http_server import start_server
+from engine.grading.backends.local import LocalBackend
+from engine.grading.parent.evaluate import EvalConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()

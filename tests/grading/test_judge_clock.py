@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.grading.judge_clock import JudgeClock
-from engine.grading.rejections import Rejected
+from engine.grading.judge.clock import JudgeClock
+from engine.grading.judge.rejections import Rejected
 
 NOOP = {"bound_ms": 0.6, "gap_median_ms": 0.25, "trip_gap_median_ms": 0.3}
 

@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from engine.grading import dsl_hooks
-from engine.grading.dsl_hooks import LaunchCounter
-from engine.grading.evaluate import EvalConfig
-from engine.grading.judge import Judge, Rejected
-from engine.grading.kernel_audit import (
+from engine.grading.judge.judge import Judge, Rejected
+from engine.grading.judge.kernel_audit import (
     MIN_DSL_SHARE,
     cross_check,
     cuda_kernel_names,
     profiled_kernel_names,
     work_split,
 )
-from engine.grading.runner import Runner
+from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.runner import dsl_hooks
+from engine.grading.runner.dsl_hooks import LaunchCounter
+from engine.grading.runner.loop import Runner
 
 TORCH_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
 CUTE = "kernel_cutlass_rmsnorm_tensorptrf32_0"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.grading.api import GradeRequest
-from engine.grading.evaluate import EvalConfig
-from engine.grading.local import LocalBackend
+from engine.grading.backends.local import LocalBackend
+from engine.grading.parent.evaluate import EvalConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()
@@ -127,9 +127,9 @@ async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
 ) -> None:
     """The warm parent forks the next judge before its job (CUDA and the reference runner
     ready); a job the prepared judge does not suit (here: unjailed) gets a fresh fork."""
-    from engine.grading.evaluate import feedback_from, make_job
-    from engine.grading.local import WarmParent
-    from engine.grading.supervise import Limits, child_env
+    from engine.grading.backends.local import WarmParent
+    from engine.grading.parent.evaluate import feedback_from, make_job
+    from engine.grading.parent.supervise import Limits, child_env
 
     backend = LocalBackend(gpus=None, preload_dsls=False, config=EvalConfig())
     await backend.start()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.grading.rules import check_source, first_reason, fold_str
+from engine.grading.rules.static import check_source, first_reason, fold_str
 
 HONEST_CUTE = """
 import torch

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from engine.grading.judge import runner_options
-from engine.grading.runner_proc import RunnerOptions, _alive, preload_modules, runner_env
+from engine.grading.judge.judge import runner_options
+from engine.grading.judge.runner_proc import RunnerOptions, _alive, preload_modules, runner_env
 
 
 def test_a_zombie_counts_as_exited_and_a_running_child_as_alive() -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from engine.grading.api import GradeRequest
-from engine.grading.evaluate import EvalConfig, make_job
-from engine.grading.judge import Judge
-from engine.grading.runner import MAX_WARM_S, Runner, spin_until_readable
+from engine.grading.judge.judge import Judge
+from engine.grading.parent.evaluate import EvalConfig, make_job
+from engine.grading.runner.loop import MAX_WARM_S, Runner, spin_until_readable
 
 
 def test_spin_returns_false_after_its_budget_when_nothing_comes() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.grading.api import Feedback
-from engine.grading.judge import Judge as Evaluation
+from engine.grading.judge.judge import Judge as Evaluation
 from problems import registry
 from problems.sol import H200, sol_estimate
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from engine.grading.api import Feedback, GradeRequest
-from engine.grading.evaluate import PREVIEW_COUNTS, EvalConfig, make_job
-from engine.grading.local import LocalBackend
+from engine.grading.backends.local import LocalBackend
+from engine.grading.parent.evaluate import PREVIEW_COUNTS, EvalConfig, make_job
 from tests.grading.conftest import SUITE_CONFIG
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from engine.grading.wire import (
+from engine.grading.judge.wire import (
     Foreign,
     ProtocolError,
     Transport,

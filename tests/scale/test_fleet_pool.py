@@ -10,11 +10,17 @@ import aiohttp
 import pytest
 
 from engine.grading.api import GradeRequest
-from engine.grading.evaluate import EvalConfig
-from engine.grading.fleet import FleetBackend, FleetMonitor, FleetSnapshot, free_port, summarise
-from engine.grading.http_client import HttpBackend
-from engine.grading.http_server import start_server
-from engine.grading.local import LocalBackend
+from engine.grading.backends.fleet import (
+    FleetBackend,
+    FleetMonitor,
+    FleetSnapshot,
+    free_port,
+    summarise,
+)
+from engine.grading.backends.http_client import HttpBackend
+from engine.grading.backends.http_server import start_server
+from engine.grading.backends.local import LocalBackend
+from engine.grading.parent.evaluate import EvalConfig
 
 HONEST = (
     Path(__file__).parents[1] / "grading" / "fixtures" / "honest" / "p28_plain.py"

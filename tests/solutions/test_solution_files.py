@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import check_solutions_gpu as check_gpu
-from engine.grading.rules import check_source
+from engine.grading.rules.static import check_source
 from problems.registry import get
 from problems.solutions import compile_check
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.grading.rules import check_source
+from engine.grading.rules.static import check_source
 from problems.registry import get
 from problems.solutions import compile_check
 

@@ -133,7 +133,7 @@ async def test_a_column_grows_when_a_patched_cell_is_wider(make_app, tmp_path: P
 async def test_status_line_shows_the_engine_grading_slots(make_app) -> None:
     from types import SimpleNamespace
 
-    from engine.grading.gate import GradingGate
+    from engine.grading.backends.gate import GradingGate
 
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -3,7 +3,7 @@
 Per evaluation: create the environment (``EnvironmentFactory``; a registered type such as
 ``docker``/``modal``/``daytona`` or an ``import_path``), start it with the configured image
 and GPUs and no network, upload the grading code (``engine/grading``, ``problems``) and the
-job file, run ``python3 -m engine.grading.supervise --job-file …`` (which deletes the job
+job file, run ``python3 -m engine.grading.parent.supervise --job-file …`` (which deletes the job
 file, supervises the worker with the contract's limits and prints the nonce-tagged outcome),
 then stop and delete the environment. The image must provide Python, torch and the DSLs.
 
@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
-from engine.grading.evaluate import (
+from engine.grading.parent.evaluate import (
     EvalConfig,
     feedback_from,
     make_job,
     request_problem,
     static_feedback,
 )
-from engine.grading.rules import check_source
-from engine.grading.supervise import REPO_ROOT, ChildOutcome, tagged_messages
+from engine.grading.parent.supervise import REPO_ROOT, ChildOutcome, tagged_messages
+from engine.grading.rules.static import check_source
 
 UPLOADS = ("engine/__init__.py", "engine/grading", "problems")
 
@@ -196,7 +196,7 @@ class HarborBackend:
             job_file.unlink()
             budget = int(limits.eager_timeout_s + limits.timeout_s + limits.grace_s + 120)
             result = await env.exec(
-                f"{cfg.python} -m engine.grading.supervise --job-file {remote}/job.json",
+                f"{cfg.python} -m engine.grading.parent.supervise --job-file {remote}/job.json",
                 cwd=remote,
                 env={"PYTHONPATH": remote, "PYTHONDONTWRITEBYTECODE": "1"},
                 timeout_sec=budget,

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from engine.grading.processes import SECRET_MARKERS, read_tail
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 MAX_CHANNEL_BYTES = 32 * 1024 * 1024
-LOG_TAIL_CHARS = 4000
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "ACCESS_KEY", "CREDENTIAL")
 
 
 @dataclass
@@ -82,20 +82,6 @@ def rss_mb(pid: int) -> float:
     except (OSError, ValueError):
         pass
     return 0.0
-
-
-def read_tail(path: str | Path | None, chars: int = LOG_TAIL_CHARS) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - chars * 4))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return text[-chars:]
 
 
 class _ChildWatch:
@@ -249,12 +235,18 @@ def run_subprocess(
     env_extra: dict[str, str] | None = None,
     python: str | None = None,
 ) -> ChildOutcome:
-    """Judge ``job`` in a fresh ``python -m engine.grading.judge`` child (blocking)."""
+    """Judge ``job`` in a fresh ``python -m engine.grading.judge.judge`` child (blocking)."""
     read_fd, write_fd = os.pipe()
     log_path = Path(workdir) / "worker.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [python or sys.executable, "-m", "engine.grading.judge", "--result-fd", str(write_fd)],
+            [
+                python or sys.executable,
+                "-m",
+                "engine.grading.judge.judge",
+                "--result-fd",
+                str(write_fd),
+            ],
             stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -296,7 +288,7 @@ def tagged_messages(data: bytes | str, nonce: str) -> tuple[list[dict[str, Any]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.grading.supervise --job-file F``: one supervised evaluation.
+    """``python -m engine.grading.parent.supervise --job-file F``: one supervised evaluation.
 
     For hosts reached only through a shell (Harbor environments): the job file is read and
     deleted before the worker starts, the worker runs under :func:`supervise`, and the outcome
@@ -305,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    parser = argparse.ArgumentParser(prog="python -m engine.grading.supervise")
+    parser = argparse.ArgumentParser(prog="python -m engine.grading.parent.supervise")
     parser.add_argument("--job-file", required=True)
     args = parser.parse_args(argv)
     with open(args.job_file, encoding="utf-8") as fh:

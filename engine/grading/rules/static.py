@@ -16,7 +16,7 @@ import ast
 from collections.abc import Iterable
 
 from engine.grading.api import MAX_SOURCE_BYTES, Finding
-from engine.grading.rule_tables import (  # the tables, re-exported
+from engine.grading.rules.tables import (  # the tables, re-exported
     BANNED_ATTRIBUTES,
     BANNED_KEYWORDS,
     BANNED_NAMES,

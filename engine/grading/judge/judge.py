@@ -2,7 +2,7 @@
 
 The judge owns the problem, input generation, references and float64 anchors, tolerances,
 every comparison, the clock and the verdict. The submission runs in an untrusted runner
-(:mod:`engine.grading.runner`, jailed) that only calls ``solve()`` and reports raw data; the
+(:mod:`engine.grading.runner.loop`, jailed) that only calls ``solve()`` and reports raw data; the
 eager reference runs in a reference runner forked from the judge, so both sides of the
 speedup take the same path.
 
@@ -11,7 +11,7 @@ timed draws; reduced copies of its outputs kept), runner calibration (no-op roun
 import, correctness draws (whole outputs against the anchor), warmup and timed calls (every
 output against the eager output of the same draw at secret positions, three secret timed
 calls against the anchor in full), the timing cross-check, launch evidence, the kernel audit
-and the bypass call. Run as ``python -m engine.grading.judge --result-fd N`` with the job on
+and the bypass call. Run as ``python -m engine.grading.judge.judge --result-fd N`` with the job on
 stdin, or through :func:`run_job` in a child forked from the warm parent.
 """
 
@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.grading.breakdown import CallBreakdown
-from engine.grading.call_evidence import CallEvidence, _int
-from engine.grading.call_trace import CallTrace
-from engine.grading.judge_clock import JudgeClock, scored_ms
-from engine.grading.output_checks import Expected, OutputChecks
-from engine.grading.rejections import InfrastructureError, Rejected
-from engine.grading.runner_proc import (
+from engine.grading.judge.breakdown import CallBreakdown
+from engine.grading.judge.call_trace import CallTrace
+from engine.grading.judge.clock import JudgeClock, scored_ms
+from engine.grading.judge.evidence import CallEvidence, _int
+from engine.grading.judge.output_checks import Expected, OutputChecks
+from engine.grading.judge.rejections import InfrastructureError, Rejected
+from engine.grading.judge.runner_proc import (
     RunnerDied,
     RunnerMemory,
     RunnerOptions,
@@ -172,7 +172,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
     # -- eager ------------------------------------------------------------------------------
     def run_eager(self, reference: RunnerProcess) -> dict[int, Expected]:
         """Time the reference in its runner; keep reduced copies of its outputs per seed."""
-        from engine.grading.wire import Transport
+        from engine.grading.judge.wire import Transport
 
         seeds = self.job["seeds"]
         transport = Transport(self.cuda, lambda m: reference.request(m, _monotonic() + 600)[0])
@@ -231,7 +231,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             self.timed("eager_profile", profiled)  # a part of "eager", not beside it
         finally:
             transport.close()
-        from engine.grading.timing import summarize
+        from engine.grading.judge.timing import summarize
 
         # the reference runner is trusted: its own figure (CUDA events or perf_counter around
         # the call) is the eager time; its gap to the judge's clock on real calls is what an
@@ -350,7 +350,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
 
     def fetch_outputs(self) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
         """Ask the runner where the last outputs lie; judge-owned copies of them."""
-        from engine.grading.wire import ProtocolError
+        from engine.grading.judge.wire import ProtocolError
 
         assert self.runner is not None
         report, fds, self.report_ms = self.runner.timed({"op": "report"}, self.deadline)
@@ -371,7 +371,7 @@ class Judge(OutputChecks, JudgeClock, CallEvidence):
             flags.append(name)
 
     def run(self) -> dict[str, Any]:
-        from engine.grading.wire import Transport
+        from engine.grading.judge.wire import Transport
 
         torch = self.torch
         seeds = self.job["seeds"]
@@ -573,7 +573,7 @@ def run_job(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.grading.judge")
+    parser = argparse.ArgumentParser(prog="python -m engine.grading.judge.judge")
     parser.add_argument("--result-fd", type=int, required=True)
     args = parser.parse_args(argv)
     job = json.loads(sys.stdin.buffer.read())

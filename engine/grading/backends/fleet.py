@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
-from engine.grading.http_client import HttpBackend
+from engine.grading.backends.http_client import HttpBackend
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 MAX_REMEMBERED_REQUESTS = 10_000  # requests whose failed hosts the pool remembers
 
 

@@ -1,7 +1,7 @@
 """The local backend: grading children on this host, one evaluation per GPU at a time.
 
 Each slot (one per GPU, pinned with ``CUDA_VISIBLE_DEVICES``; or ``preview_slots`` CPU
-slots on a host without GPUs) owns a warm parent (:mod:`engine.grading.zygote`) that imported
+slots on a host without GPUs) owns a warm parent (:mod:`engine.grading.parent.zygote`) that imported
 torch, the catalog and the DSLs once and forks a fresh child per evaluation. With
 ``warm=False`` every evaluation starts a new ``python -m engine.grading.worker`` instead.
 Requests wait in FIFO order for a free slot.
@@ -20,7 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
-from engine.grading.evaluate import (
+from engine.grading.parent.evaluate import (
     EvalConfig,
     feedback_from,
     gpu_count,
@@ -28,9 +28,9 @@ from engine.grading.evaluate import (
     request_problem,
     static_feedback,
 )
-from engine.grading.rules import check_source
-from engine.grading.supervise import REPO_ROOT, ChildOutcome, Limits, child_env, kill_group
-from engine.grading.supervise import run_subprocess as _run_subprocess
+from engine.grading.parent.supervise import REPO_ROOT, ChildOutcome, Limits, child_env, kill_group
+from engine.grading.parent.supervise import run_subprocess as _run_subprocess
+from engine.grading.rules.static import check_source
 
 STREAM_LIMIT = 64 * 1024 * 1024
 
@@ -40,7 +40,7 @@ class WorkerDied(RuntimeError):
 
 
 class WarmParent:
-    """One ``engine.grading.zygote`` process and its JSON-lines control channel."""
+    """One ``engine.grading.parent.zygote`` process and its JSON-lines control channel."""
 
     def __init__(
         self,
@@ -66,7 +66,7 @@ class WarmParent:
         return self.proc is not None and self.proc.returncode is None
 
     async def start(self) -> None:
-        args = [sys.executable, "-m", "engine.grading.zygote"]
+        args = [sys.executable, "-m", "engine.grading.parent.zygote"]
         if not self.preload_dsls:
             args.append("--no-dsls")
         args += ["--spare-device", self.spare_device, "--spares", str(self.spares)]

@@ -1,6 +1,6 @@
 """The profiler cross-check of DSL launches: did the hooked launches really run DSL kernels?
 
-The launch hooks (:mod:`engine.grading.dsl_hooks`) count host calls into the DSL runtimes; a
+The launch hooks (:mod:`engine.grading.runner.dsl_hooks`) count host calls into the DSL runtimes; a
 host call can be counted without a GPU kernel ever running. This check profiles one call with
 ``torch.profiler`` (CUPTI) and looks for the kernels the DSLs compiled in this process among
 the GPU kernels that ran. A tiny torch kernel runs inside the same profiled region as a
@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from engine.grading.dsl_hooks import cuda_kernel_names, profiled_kernel_names
+from engine.grading.runner.dsl_hooks import cuda_kernel_names, profiled_kernel_names
 
 __all__ = [
     "MIN_DSL_SHARE",

@@ -1,6 +1,6 @@
 """The warm parent: imports torch, the catalog and the DSLs once, then forks one judge per job.
 
-Run as ``python -m engine.grading.zygote [--no-dsls] [--spare-device cpu|cuda]``. It never
+Run as ``python -m engine.grading.parent.zygote [--no-dsls] [--spare-device cpu|cuda]``. It never
 initialises CUDA (so forked judges can), keeps one submission runner started ahead of the
 next job (a fresh jailed process each time, never a fork of this one), and talks JSON lines
 on its stdin/stdout with the backend that started it:
@@ -11,7 +11,7 @@ on its stdin/stdout with the backend that started it:
 * in ``{"kind": "exit"}`` (or end of input) → exits.
 
 Each child starts a new session, gets /dev/null as stdin and a log file as stdout/stderr,
-and reports over its own pipe (see :mod:`engine.grading.supervise`); one job at a time.
+and reports over its own pipe (see :mod:`engine.grading.parent.supervise`); one job at a time.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.grading.runner_proc import RunnerOptions, RunnerProcess, process_tree
+from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess, process_tree
 
 DSL_MODULES = ("cutlass", "cutlass.cute", "tvm", "tvm_ffi")
 
@@ -41,11 +41,11 @@ def preload(dsls: bool) -> list[str]:
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 - see Evaluation.run
 
-    import engine.grading.judge  # noqa: F401
-    import engine.grading.kernel_audit  # noqa: F401
-    import engine.grading.runner  # noqa: F401
-    import engine.grading.timing  # noqa: F401
-    import engine.grading.wire  # noqa: F401
+    import engine.grading.judge.judge  # noqa: F401
+    import engine.grading.judge.kernel_audit  # noqa: F401
+    import engine.grading.judge.timing  # noqa: F401
+    import engine.grading.judge.wire  # noqa: F401
+    import engine.grading.runner.loop  # noqa: F401
     import problems.compare  # noqa: F401
     import problems.sol  # noqa: F401
     from problems.registry import catalog
@@ -77,7 +77,7 @@ def _isolate(control: Sequence[int], spare: RunnerProcess | None) -> None:
 
 def _judge(job: dict[str, Any], write_fd: int, spare: RunnerProcess | None, prepared: Any) -> None:
     """In a forked judge: log to the job's folder, work there, judge the job."""
-    from engine.grading.judge import run_job
+    from engine.grading.judge.judge import run_job
 
     log = os.open(Path(job["workdir"]) / "worker.log", os.O_WRONLY | os.O_CREAT, 0o600)
     os.dup2(log, 1)
@@ -247,7 +247,7 @@ def run_primed_child(
     """In a judge forked ahead: prepare, wait for the job, judge it, exit."""
 
     def body() -> None:
-        from engine.grading.judge import prepare
+        from engine.grading.judge.judge import prepare
 
         _isolate(control, spare)
         prepared = prepare(device)
@@ -280,7 +280,7 @@ def prime(spares: Spares, control: Sequence[int]) -> Primed | None:
 
 
 def serve(control_in: int, control_out: int, spares: Spares) -> None:
-    from engine.grading.supervise import Limits
+    from engine.grading.parent.supervise import Limits
 
     reader = os.fdopen(control_in, "rb")
     control = (control_in, control_out)
@@ -370,7 +370,7 @@ def run_supervised(
 ) -> None:
     """Watch the judge until it reports or is killed, then send its outcome (``background``
     pauses what was started ahead while the judge times calls)."""
-    from engine.grading.supervise import ChildOutcome, supervise
+    from engine.grading.parent.supervise import ChildOutcome, supervise
 
     def poll(pid: int = pid) -> int | None:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -399,7 +399,7 @@ def run_supervised(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.grading.zygote")
+    parser = argparse.ArgumentParser(prog="python -m engine.grading.parent.zygote")
     parser.add_argument("--no-dsls", action="store_true", help="do not preload the DSLs")
     parser.add_argument(
         "--spare-device",

@@ -16,12 +16,12 @@ from pathlib import Path
 from random import SystemRandom
 from typing import Any
 
-from engine.grading import kernel_audit
 from engine.grading.api import Feedback, Finding, GradeRequest
-from engine.grading.rules import check_source, first_reason
-from engine.grading.supervise import ChildOutcome, Limits, run_subprocess
+from engine.grading.judge import kernel_audit
+from engine.grading.parent.supervise import ChildOutcome, Limits, run_subprocess
+from engine.grading.rules.static import check_source, first_reason
 
-PROBLEMS_ROOT = Path(__file__).resolve().parents[2] / "problems"
+PROBLEMS_ROOT = Path(__file__).resolve().parents[3] / "problems"
 FAMILY_FOLDERS = ("attention", "kv_cache", "mlp_norm", "moe", "quantization", "linear_attention")
 
 # (correctness draws, warmup calls, timed calls, rechecks)

@@ -1,5 +1,5 @@
 """The static rules' tables: stable reason codes and the names, attributes, keywords and
-strings each code bans (data only; the checker is :mod:`engine.grading.rules`)."""
+strings each code bans (data only; the checker is :mod:`engine.grading.rules.static`)."""
 
 from __future__ import annotations
 

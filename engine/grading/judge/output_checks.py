@@ -1,6 +1,6 @@
 """The judge's checks of one call's outputs: memory (inputs untouched, aliasing as declared),
 stability (nothing changes after the report), the float64 anchor, and the sampled comparison
-with the eager output of the same draw. Mixed into :class:`engine.grading.judge.Judge`."""
+with the eager output of the same draw. Mixed into :class:`engine.grading.judge.judge.Judge`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from engine.grading.rejections import Rejected
+from engine.grading.judge.rejections import Rejected
 
 SAMPLE_FULL = 1 << 16  # leaves up to this many elements are kept whole for the timed checks
 SAMPLE_POSITIONS = 4096  # otherwise this many secret positions
@@ -113,7 +113,7 @@ class OutputChecks:
                 raise Rejected("correctness.input_mutated", f"input {name} was modified")
         if not updated:
             return out
-        from engine.grading.wire import tensor_from_bytes
+        from engine.grading.judge.wire import tensor_from_bytes
 
         replaced = list(out_leaves)
         for k, raw in updated.items():
@@ -132,7 +132,7 @@ class OutputChecks:
 
         On a GPU the judge re-reads the runner's allocations through its IPC mappings; on
         CPU it asks for a second report (a fresh copy of the same output memory)."""
-        from engine.grading.wire import raw_bytes
+        from engine.grading.judge.wire import raw_bytes
         from problems.compare import leaves
 
         torch = self.torch

@@ -1,6 +1,6 @@
 """What the judge concludes from each call's evidence and from the DSL: threads, launch
 counts, the runner's figure; the speed of light; the kernel audit and the bypass test.
-Mixed into :class:`engine.grading.judge.Judge`."""
+Mixed into :class:`engine.grading.judge.judge.Judge`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import time
 from typing import Any
 
-from engine.grading.breakdown import CallBreakdown
-from engine.grading.rejections import Rejected
+from engine.grading.judge.breakdown import CallBreakdown
+from engine.grading.judge.rejections import Rejected
 
 _monotonic = time.monotonic
 
@@ -115,7 +115,7 @@ class CallEvidence:
             self.flag("sol.faster_than_sol")
 
     def audit_kernels(self) -> None:
-        from engine.grading.kernel_audit import cross_check
+        from engine.grading.judge.kernel_audit import cross_check
 
         mode = self.job.get("kernel_audit", "report")
         if mode == "off":
@@ -158,7 +158,7 @@ class CallEvidence:
 
     def check_work_share(self) -> None:
         """After the bypass test: the DSL kernels must have done most of the profiled work."""
-        from engine.grading.kernel_audit import MIN_DSL_SHARE, eager_work
+        from engine.grading.judge.kernel_audit import MIN_DSL_SHARE, eager_work
 
         audit = self.result.get("kernel_audit")
         if audit is None or not eager_work(audit):

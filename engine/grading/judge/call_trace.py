@@ -14,7 +14,7 @@ import contextlib
 import os
 from typing import Any
 
-from engine.grading.breakdown import sane_ms
+from engine.grading.judge.breakdown import sane_ms
 
 MAX_ROWS = 200
 
@@ -52,7 +52,7 @@ class CallTrace:
     """The rows of one side's timed calls (the runner given by its outermost pid)."""
 
     def __init__(self, runner_pid: int) -> None:
-        from engine.grading.runner_proc import process_tree
+        from engine.grading.judge.runner_proc import process_tree
 
         tree = process_tree(runner_pid)
         self.runner_pid = tree[-1] if tree else runner_pid  # the jailed python is the leaf

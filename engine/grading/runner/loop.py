@@ -504,7 +504,7 @@ def _leaves(value: Any) -> list[Any]:
 def _hooks() -> Any:
     """The launch hooks and profiler helpers: the package module, or in the jail a sibling."""
     try:
-        from engine.grading import dsl_hooks
+        from engine.grading.runner import dsl_hooks
     except ImportError:  # in the jail: a sibling file
         import dsl_hooks  # type: ignore[import-not-found,no-redef]
     return dsl_hooks
@@ -528,15 +528,15 @@ def limit_address_space(extra_mb: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runner.py")
+    parser = argparse.ArgumentParser(prog="loop.py")
     parser.add_argument("--sock-fd", type=int, required=True)
     parser.add_argument("--flag-fd", type=int, default=-1)
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
     parser.add_argument("--preload", default="", help="comma-separated modules to import first")
     parser.add_argument("--path", action="append", default=[], help="extra import directories")
     args = parser.parse_args(argv)
-    # -I leaves the script's directory off sys.path: add it (it holds runner.py and
-    # dsl_hooks.py only), then any extra directories the operator named
+    # -I leaves the script's directory off sys.path: add it (it holds the runner's
+    # files only), then any extra directories the operator named
     sys.path[0:0] = [os.path.dirname(os.path.abspath(__file__)), *args.path]
     sock = socket.socket(fileno=args.sock_fd)
     flag = mmap.mmap(args.flag_fd, mmap.PAGESIZE) if args.flag_fd >= 0 else None

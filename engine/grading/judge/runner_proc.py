@@ -1,8 +1,8 @@
 """The judge's handle on one runner process: start it (jailed), talk to it, time it, kill it.
 
-A submission runner is a fresh ``python -I runner.py`` started from a directory holding only
-``runner.py`` and ``dsl_hooks.py``, inside a bubblewrap jail (:mod:`engine.sandbox.jail`): its
-own workdir, the Python with torch and the DSLs read-only, the GPU device nodes, no network,
+A submission runner is a fresh ``python -I loop.py`` started from a directory holding only
+the files of :mod:`engine.grading.runner` (``RUNNER_FILES``), inside a bubblewrap jail
+(:mod:`engine.sandbox.jail`): its own workdir, the Python with torch and the DSLs read-only, the GPU device nodes, no network,
 no project tree, store or keys, an unprivileged uid. If the jail cannot be built the grading
 fails closed, unless the operator chose ``unsafe_no_jail``.
 
@@ -30,11 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.grading.runner import SPIN_S, spin_until_readable
-from engine.grading.supervise import SECRET_MARKERS, read_tail
+from engine.grading.processes import SECRET_MARKERS, read_tail
+from engine.grading.runner.loop import SPIN_S, spin_until_readable
 
-GRADING_DIR = Path(__file__).resolve().parent
-RUNNER_FILES = ("runner.py", "dsl_hooks.py", "cupti_activity.py")
+RUNNER_DIR = Path(__file__).resolve().parents[1] / "runner"
+# exactly the files of the runner's zone: copied into the jail, nothing else of ours goes there
+RUNNER_FILES = tuple(sorted(p.name for p in RUNNER_DIR.glob("*.py") if p.name != "__init__.py"))
+RUNNER_MAIN = "loop.py"
 DSL_PRELOAD = "cutlass,cutlass.cute,tvm,tvm_ffi"
 DSL_MODULES = {"cute": "cutlass,cutlass.cute", "tirx": "tvm,tvm_ffi"}
 JAIL_WORKDIR = "/work"
@@ -152,7 +154,7 @@ class RunnerProcess:
         switch = mmap.mmap(switch_fd, mmap.PAGESIZE)
         scratch = tempfile.mkdtemp(prefix="mkb-runner-")
         for name in RUNNER_FILES:
-            shutil.copyfile(GRADING_DIR / name, Path(scratch) / name)
+            shutil.copyfile(RUNNER_DIR / name, Path(scratch) / name)
         workdir = Path(scratch) / "work"
         workdir.mkdir()
         args = [
@@ -187,11 +189,11 @@ class RunnerProcess:
             if os.geteuid() == 0:  # the jailed uid must be able to write its workdir
                 os.chown(workdir, spec.uid, spec.gid)
             argv = jail.jail_argv(
-                spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/runner.py", *args]
+                spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/{RUNNER_MAIN}", *args]
             )
             cwd = "/"
         else:
-            argv = [options.python, "-I", str(Path(scratch) / "runner.py"), *args]
+            argv = [options.python, "-I", str(Path(scratch) / RUNNER_MAIN), *args]
             cwd = str(workdir)
         log = open(Path(scratch) / "runner.log", "wb")  # noqa: SIM115 - handed to the child
         popen = subprocess.Popen(
@@ -225,7 +227,7 @@ class RunnerProcess:
             code = 0
             try:
                 judge_end.close()
-                from engine.grading.runner import Runner
+                from engine.grading.runner.loop import Runner
                 from problems.compare import reference_numerics
 
                 runner = Runner(
@@ -257,7 +259,7 @@ class RunnerProcess:
 
     # -- talking ----------------------------------------------------------------------------
     def send(self, message: dict[str, Any], fds: list[int] | None = None) -> None:
-        from engine.grading.runner import send
+        from engine.grading.runner.loop import send
 
         try:
             send(self.sock, message, fds)
@@ -365,7 +367,7 @@ def _alive(pid: int) -> bool:
 
 
 def _repo() -> Path:
-    return GRADING_DIR.parents[1]
+    return RUNNER_DIR.parents[2]
 
 
 def runner_env(options: RunnerOptions) -> dict[str, str]:

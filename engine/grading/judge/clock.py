@@ -1,5 +1,5 @@
 """The judge's clock: calibrated no-op round trips, and the score from a runner's figure
-held to the judge's floor. Mixed into :class:`engine.grading.judge.Judge`."""
+held to the judge's floor. Mixed into :class:`engine.grading.judge.judge.Judge`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import statistics
 import time
 from typing import Any
 
-from engine.grading.breakdown import CallBreakdown
-from engine.grading.rejections import InfrastructureError, Rejected
-from engine.grading.runner_proc import RunnerProcess
+from engine.grading.judge.breakdown import CallBreakdown
+from engine.grading.judge.rejections import InfrastructureError, Rejected
+from engine.grading.judge.runner_proc import RunnerProcess
 
 CALIBRATION_CALLS = 40
 CALIBRATION_SKIP = 6  # first round trips warm the path
@@ -82,7 +82,7 @@ class JudgeClock:
 
     def settle_timing(self) -> None:
         """Score with the judge's clock; reject a runner figure that disagrees with it."""
-        from engine.grading.timing import speedup, summarize
+        from engine.grading.judge.timing import speedup, summarize
 
         self.settle_breakdown()  # informational figures first: a mismatch below still has them
         clock = self.result["clock"]
