@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from engine.grading.api import GradeRequest
-    from engine.grading.parent.evaluate import EvalConfig, grade_in_subprocess
+    from engine.grading.options import EvalConfig
+    from engine.grading.parent.evaluate import grade_in_subprocess
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     rows = []

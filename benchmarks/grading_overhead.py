@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 
 from engine.grading.api import GradeRequest  # noqa: E402
 from engine.grading.backends.local import LocalBackend  # noqa: E402
-from engine.grading.parent.evaluate import EvalConfig, grade_in_subprocess, resolve_device  # noqa: E402
+from engine.grading.options import EvalConfig  # noqa: E402
+from engine.grading.parent.evaluate import grade_in_subprocess, resolve_device  # noqa: E402
 from engine.grading.rules.static import check_source  # noqa: E402
 
 # timings that are not phases of their own: the child's total, and parts of a phase

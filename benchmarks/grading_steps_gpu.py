@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.gpu_validation import jobs  # noqa: E402
 from engine.grading.api import GradeRequest  # noqa: E402
 from engine.grading.backends.local import LocalBackend  # noqa: E402
-from engine.grading.parent.evaluate import EvalConfig  # noqa: E402
+from engine.grading.options import EvalConfig  # noqa: E402
 
 S = REPO / "problems" / "solutions"
 DEFAULT = [

@@ -21,7 +21,8 @@ sys.path.insert(0, str(REPO))
 
 from engine.grading.api import GradeRequest  # noqa: E402
 from engine.grading.backends.local import LocalBackend  # noqa: E402
-from engine.grading.parent.evaluate import EvalConfig, resolve_device  # noqa: E402
+from engine.grading.options import EvalConfig  # noqa: E402
+from engine.grading.parent.evaluate import resolve_device  # noqa: E402
 from tests.grading.escape_probes import PROBES, canaries, probe_source, probes  # noqa: E402
 
 

@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
 
 from engine.grading.api import GradeRequest  # noqa: E402
 from engine.grading.backends.local import LocalBackend  # noqa: E402
-from engine.grading.parent.evaluate import EvalConfig  # noqa: E402
+from engine.grading.options import EvalConfig  # noqa: E402
 
 DYNAMIC = REPO / "tests" / "grading" / "fixtures" / "dynamic"
 SOLUTIONS = REPO / "problems" / "solutions"

@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from engine.grading.api import GradeRequest  # noqa: E402
-from engine.grading.parent.evaluate import EvalConfig, grade_in_subprocess  # noqa: E402
+from engine.grading.options import EvalConfig  # noqa: E402
+from engine.grading.parent.evaluate import grade_in_subprocess  # noqa: E402
 from problems.registry import get  # noqa: E402
 
 SUBMISSION = """import torch

@@ -25,7 +25,7 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         from engine.standins.simulated import SimulatedBackend
 
         return SimulatedBackend()
-    from engine.grading.parent.evaluate import EvalConfig
+    from engine.grading.options import EvalConfig
 
     eval_config = EvalConfig(
         kernel_audit=options.pop("kernel_audit", "report"),

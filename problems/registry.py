@@ -47,6 +47,18 @@ def matching_ids(key: str) -> list[str]:
     return sorted(set(hits))
 
 
+def resolve_id(key: str) -> str | None:
+    """The id of the catalog problem named exactly by ``pNN``, ``NN`` or its slug, else None
+    (from file names, without importing any problem)."""
+    k = key.strip().lower()
+    number = k[1:] if k.startswith("p") else k
+    index = _file_index()
+    if number.isdigit():
+        pid = f"p{int(number):02d}"
+        return pid if pid in index.values() else None
+    return index.get(k)
+
+
 def load_problem(path: Path) -> Problem:
     """Import one problem file and validate it; errors name the file."""
     module_name = f"problems.{path.parent.name}.{path.stem}"

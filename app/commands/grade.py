@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.grading.judge import kernel_audit
+from engine.grading import options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,18 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="workload scale (default: full on GPU, smoke in CPU preview)",
     )
-    parser.add_argument(
-        "--kernel-audit",
-        choices=kernel_audit.MODES,
-        default="report",
-        help=kernel_audit.MODES_HELP,
-    )
-    parser.add_argument(
-        "--unsafe-no-jail",
-        action="store_true",
-        help="UNSAFE: run the submission without the bubblewrap grading jail (it can then "
-        "read and write the host); shown on the feedback",
-    )
+    options.add_arguments(parser, "grade")  # the contract's options (engine/grading/options.py)
     parser.add_argument(
         "--memory-mb",
         type=int,
@@ -66,26 +55,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="grade N times, each in a fresh child, and report the median speedup and its "
         "spread (small calls move with the host's CPU speed; default 1, at most 20)",
     )
-    parser.add_argument(
-        "--call-trace",
-        action="store_true",
-        help="record each timed call's figures and CPUs in the feedback (clock.call_trace)",
-    )
-    parser.add_argument(
-        "--warm-calls",
-        action="store_true",
-        help="precede each warm-up and timed call, on both sides, with an untimed call on the "
-        "previous inputs, so calls are timed with their code in the caches (recorded as "
-        "clock.warm_calls)",
-    )
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from engine.grading import repeats
     from engine.grading.api import DSLS, GradeRequest
+    from engine.grading.options import EvalConfig
     from engine.grading.parent.evaluate import (
-        EvalConfig,
         gpu_count,
         grade_in_subprocess,
         resolve_problem,
@@ -114,10 +91,7 @@ def handle(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         scale=args.scale,
         memory_limit_mb=args.memory_mb,
-        kernel_audit=args.kernel_audit,
-        unsafe_no_jail=args.unsafe_no_jail,
-        call_trace=args.call_trace,
-        warm_calls=args.warm_calls,
+        **options.from_args(args, "grade"),
     )
     feedbacks = []
     for i in range(args.repeat):

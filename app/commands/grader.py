@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from engine.grading.judge import kernel_audit
+from engine.grading import options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,23 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="concurrent CPU-preview evaluations on a host without GPUs",
     )
     serve.add_argument("--timeout", type=float, default=600.0, help="evaluation limit (s)")
-    serve.add_argument(
-        "--kernel-audit",
-        choices=kernel_audit.MODES,
-        default="report",
-        help=kernel_audit.MODES_HELP,
-    )
-    serve.add_argument(
-        "--warm-calls",
-        action="store_true",
-        help="precede each warm-up and timed call with an untimed call on the previous inputs "
-        "(EvalConfig.warm_calls)",
-    )
-    serve.add_argument(
-        "--unsafe-no-jail",
-        action="store_true",
-        help="UNSAFE: run submissions without the bubblewrap grading jail",
-    )
+    options.add_arguments(serve, "serve")  # the contract's options (engine/grading/options.py)
     serve.add_argument(
         "--max-queue",
         type=int,
@@ -84,7 +68,7 @@ def handle_serve(args: argparse.Namespace) -> int:
 
     from engine.grading.backends.http_server import is_loopback, start_server
     from engine.grading.backends.local import LocalBackend
-    from engine.grading.parent.evaluate import EvalConfig
+    from engine.grading.options import EvalConfig
 
     token = args.token or os.environ.get("MKB_GRADER_TOKEN") or None
     try:
@@ -103,12 +87,7 @@ def handle_serve(args: argparse.Namespace) -> int:
         backend = LocalBackend(
             gpus=gpus,
             preview_slots=args.preview_slots,
-            config=EvalConfig(
-                timeout_s=args.timeout,
-                kernel_audit=args.kernel_audit,
-                warm_calls=args.warm_calls,
-                unsafe_no_jail=args.unsafe_no_jail,
-            ),
+            config=EvalConfig(timeout_s=args.timeout, **options.from_args(args, "serve")),
             warm=not args.cold,
         )
         await backend.start()

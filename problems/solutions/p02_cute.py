@@ -1,14 +1,14 @@
 """p02 GQA paged decode (5 query heads on 1 KV head, d 128, page size 1, bf16) in CuTe DSL,
 called through TVM-FFI, with the merge of the partials in a second CuTe kernel.
 
-Split-KV kernel: the first p02 CuTe solution's (before session 6), with the same arithmetic. Each sequence gets 32 warps (8 CTAs
+Split-KV kernel: the first p02 CuTe solution's (2026-12-02), with the same arithmetic. Each sequence gets 32 warps (8 CTAs
 of 4 warps); warp ``w`` walks the sequence's pages ``w, w + 32, ...``, loads each K/V row once
 (4 values per lane) and updates five base-2 online softmaxes (scores pre-scaled by
 ``sm_scale * log2 e``), then writes its partial ``(acc, m, l)``. The only change: it reads
 ``k_cache``/``v_cache`` in their own ``[pages, 1, 1, 128]`` shape (``[page, 0, 0, d]``)
 instead of a per-call ``.view(-1, 128)``.
 
-Merge kernel (new; replaces the first p02 CuTe solution's (before session 6) eager merge, about ten PyTorch kernels): one warp
+Merge kernel (new; replaces the first p02 CuTe solution's (2026-12-02) eager merge, about ten PyTorch kernels): one warp
 per (sequence, head), lane ``p`` holding partial ``p`` (32 partials = one warp):
 ``M = max_p m_p`` (warp max), ``w_p = 2^(m_p - M)``, ``L = sum_p w_p l_p`` (warp sum), and
 for the lane's four output columns ``out[d] = (sum_p w_p acc[p, d]) / L`` (``w_p`` broadcast
@@ -27,7 +27,7 @@ TVM-FFI checks shape, strides, dtype (int32 indices) and device of every tensor.
 No eager glue remains. Expected on the H200: ~15-20 µs of host time (two ``torch.empty``, one
 TVM-FFI call) instead of 284 µs; device time: the split kernel (latency-bound on the longest
 sequence, 5,668 pages over 32 warps) plus a ~3 µs merge instead of the eager merge's ten
-kernels. Measured on the H200 (session 6, docs/solutions.md): 26.3 µs host, 173 µs device, 239 µs end to end (0.9 % of SOL).
+kernels. Measured on the H200 (2026-12-03, docs/solutions.md): 26.3 µs host, 173 µs device, 239 µs end to end (0.9 % of SOL).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Split-KV flash decoding in two TIRx launches, no eager math.
    ``out = sum_p w_p acc_p / total`` (``float4`` loads of the partials) and
    ``lse = M + log2(total)``.
 
-Measured on the H200 (session 6, docs/solutions.md): 33.5 µs host, 47.7 µs device,
+Measured on the H200 (2026-12-03, docs/solutions.md): 33.5 µs host, 47.7 µs device,
 91.4 µs end to end (2.3 % of SOL).
 """
 

@@ -1,7 +1,7 @@
 """p25 batched KV-cache page copy under a block remap (uint8 pages) in CuTe DSL, called
 through TVM-FFI.
 
-The kernel is the first p25 CuTe solution's (before session 6), unchanged: CTA (i, c) reads mapping row i and copies chunk c of
+The kernel is the first p25 CuTe solution's (2026-12-02), unchanged: CTA (i, c) reads mapping row i and copies chunk c of
 page ``src`` to page ``dst`` in both caches, 256 threads striding the chunk with coalesced
 8-byte word loads and stores; the destination caches are written in place and returned.
 
@@ -15,7 +15,7 @@ each call together with shape, contiguous strides, dtype and device) is recast t
 type and given the static layout ``(num_blocks, page_words):(page_words, 1)``. Per call: one
 dict lookup and one TVM-FFI call. Expected on the H200: ~10-15 µs of host time instead of
 123 µs, device time unchanged (~20 µs), so ~30-35 µs end to end instead of 143 µs. No eager
-glue. Measured on the H200 (session 6, docs/solutions.md): 11.2 µs host, 18.9 µs device, 36.3 µs end to end (38.5 % of SOL).
+glue. Measured on the H200 (2026-12-03, docs/solutions.md): 11.2 µs host, 18.9 µs device, 36.3 µs end to end (38.5 % of SOL).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ of peak HBM bandwidth) and ~15 µs of host time (one TVM-FFI call, one ``torch.e
 about 100-110 µs end to end, ~70 % of SOL, against 415 µs for the first p28 solution (one warp per row,
 2-byte loads, 165 registers). Registers: 32 per thread, no spills (ptxas -v, sm_90a), 32 bytes
 of shared memory, so 8 CTAs (2,048 threads) per SM, each with 16 KB of loads in flight (128 KB
-per SM). Grid: 14,509 CTAs. Measured on the H200 (session 6, docs/solutions.md): 14.8 µs host, 83.1 µs device, 102 µs end to end (72.5 % of SOL).
+per SM). Grid: 14,509 CTAs. Measured on the H200 (2026-12-03, docs/solutions.md): 14.8 µs host, 83.1 µs device, 102 µs end to end (72.5 % of SOL).
 """
 
 from __future__ import annotations

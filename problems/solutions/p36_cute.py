@@ -20,7 +20,7 @@ Traffic: 2 bytes read + 2 bytes written per element, once (the 256-byte weight s
 266 MB at full scale, SOL 55.5 µs at 4.8 TB/s. Why small CTAs and few rows per thread: on the
 H200 a plain copy of the same bytes is fastest with one or two 16-byte vectors per thread
 (63.3 µs, 87.5 % of HBM peak), and this shape took the kernel from 64.4-65.3 µs (256 threads,
-four rows each) to 62.0-63.2 µs, the copy's ceiling (session 10, docs/solutions.md). Grid:
+four rows each) to 62.0-63.2 µs, the copy's ceiling (2026-12-04, docs/solutions.md). Grid:
 32,508 CTAs at full scale.
 """
 

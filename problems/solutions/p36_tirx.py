@@ -11,7 +11,7 @@ row (so every lane takes part in the shuffles) and store nothing.
 Why small CTAs and one vector per lane: on the H200 a plain TIRx copy of the same 266 MB is
 fastest with one 16-byte vector per thread (63.3 µs, 87.5 % of HBM peak; 65.5 µs with eight),
 and this layout took the kernel from 64.9-65.1 µs (8 lanes x 2 chunks, 32-row CTAs) to
-62.1-62.7 µs, the copy's ceiling (session 10, docs/solutions.md).
+62.1-62.7 µs, the copy's ceiling (2026-12-04, docs/solutions.md).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ The GEMMs are ~97 % of the time (fp32, no TF32, as the reference); replacing the
 DSL fp32 grouped GEMM, not a small kernel. The three kernel calls now cost ~10 µs of host
 time each instead of ~50-100 µs; the host time of a call stays dominated by the 256 GEMM
 launches and the sync (~13 ms, hidden behind ~82.7 ms of device time), so end to end stays
-~84 ms. Measured on the H200 (session 6, docs/solutions.md): 7,292 µs host, 83,133 µs device, 83,833 µs end to end (58.1 % of SOL).
+~84 ms. Measured on the H200 (2026-12-03, docs/solutions.md): 7,292 µs host, 83,133 µs device, 83,833 µs end to end (58.1 % of SOL).
 """
 
 from __future__ import annotations

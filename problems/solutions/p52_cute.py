@@ -32,7 +32,7 @@ Call path: compiled once per (shapes, device) with ``options="--enable-tvm-ffi"`
 persistent grid is the device's ``get_max_active_clusters(2)``); ``solve`` allocates the bf16
 output, reuses the code/scale scratch cached per (M, K, device), and makes one TVM-FFI call.
 
-Measured on the H200 (session 7, docs/solutions.md): right on the workload and at M >= 128;
+Measured on the H200 (2026-12-03, docs/solutions.md): right on the workload and at M >= 128;
 with fewer than 128 tokens (the smoke shape, 48) the kernels gave wrong rows, so ``solve``
 copies a token count that is not a multiple of 256 into zero-padded rows first (checked at 48
 and 300 tokens) and the workload (16,384 tokens) takes the direct path. 2.10 ms end to end in a

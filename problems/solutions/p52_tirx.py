@@ -29,7 +29,7 @@ Call path: ``tvm.compile(IRModule, target=sm_90a, tir_pipeline="tirx")`` once; t
 takes torch tensors directly (TVM-FFI). The TMA tensor maps are encoded on the host side of the
 ``gemm`` PrimFunc (``runtime.cuTensorMapEncodeTiled``) and passed as ``__grid_constant__``.
 
-Measured on the H200 (session 7, docs/solutions.md): right at every shape tried on the first
+Measured on the H200 (2026-12-03, docs/solutions.md): right at every shape tried on the first
 run (smoke 48x512x384, 300x1024x512, 48x7680x7680, the workload); 2.24 ms end to end in a plain
 process (862 TFLOPS of fp8 work, 44 % of the 1979 TFLOPS dense peak); through the trusted
 grader 2.20-2.26 ms, 17.9-18.4x eager (2.11 ms of device time for both kernels, 0.145 ms of

@@ -45,7 +45,7 @@ and the gate inputs are a few hundred KB, served from L2. ``A_log``, ``a``, ``dt
 registers, no local memory, 1 KB of shared memory, so 4 CTAs (32 warps) per SM with 64 KB of
 state loads in flight; grid 4,096 CTAs at full size.
 
-Measured on the H200 (session 9, docs/solutions.md): 15.7-15.9 µs host, 35.3-35.8 µs device,
+Measured on the H200 (2026-12-04, docs/solutions.md): 15.7-15.9 µs host, 35.3-35.8 µs device,
 54.7-55.6 µs end to end (50.6-51.4 % of SOL) in a plain process, against 135-154 µs host and
 180-198 µs end to end for the eager-gates file in the same runs; through the trusted grader it
 passes (one launch per call, bypass ``outputs_failed``, kernel audit ``confirmed``) at 5.86x.

@@ -19,8 +19,8 @@ and a warp-wide access covers one contiguous 512-byte row. Per thread:
 The state is read once and written once (8 bytes per element, 134 MB at full size); q, k, v
 and the gate inputs are a few hundred KB, served from L2.
 
-Measured on the H200 (session 6, docs/solutions.md): 25.8 µs host, 35.7 µs device,
-67.5 µs end to end (41.7 % of SOL) in a plain process; through the trusted grader (session 7)
+Measured on the H200 (2026-12-03, docs/solutions.md): 25.8 µs host, 35.7 µs device,
+67.5 µs end to end (41.7 % of SOL) in a plain process; through the trusted grader (2026-12-03)
 7.58x eager. It replaced the hybrid with eager gates, now ``variants/p72_tirx_eager_gates.py``.
 """
 

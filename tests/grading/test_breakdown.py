@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from engine.grading.judge.breakdown import MAX_MS, CallBreakdown, sane_ms
-from engine.grading.parent.evaluate import PREVIEW_COUNTS
+from engine.grading.options import PREVIEW_COUNTS
 from engine.grading.runner import dsl_hooks
 from engine.grading.runner.loop import Runner
 

@@ -8,7 +8,8 @@ import os
 
 from engine.grading.api import GradeRequest
 from engine.grading.judge.call_trace import MAX_ROWS, CallTrace, cpu_of, steal_ticks
-from engine.grading.parent.evaluate import EvalConfig, make_job
+from engine.grading.options import EvalConfig
+from engine.grading.parent.evaluate import make_job
 
 
 def test_cpu_of_reads_the_cpu_a_process_last_ran_on() -> None:

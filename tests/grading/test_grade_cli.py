@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.grading.parent.evaluate import PREVIEW_COUNTS
+from engine.grading.options import PREVIEW_COUNTS
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,7 +18,7 @@ import pytest
 
 from engine.grading.api import Feedback, GradeRequest
 from engine.grading.backends.local import LocalBackend
-from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.options import EvalConfig
 from tests.grading.conftest import SUITE_CONFIG
 from tests.grading.escape_probes import PROBES, probe_source, probes
 from tests.grading.escape_probes import canaries as planted_canaries

@@ -13,7 +13,8 @@ import pytest
 
 from engine.grading.api import GradeRequest
 from engine.grading.backends.harbor import HarborBackend, HarborConfig, HarborConfigError
-from engine.grading.parent.evaluate import EvalConfig, make_job
+from engine.grading.options import EvalConfig
+from engine.grading.parent.evaluate import make_job
 from engine.grading.parent.supervise import REPO_ROOT, Limits, tagged_messages
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,7 +14,7 @@ from engine.grading.api import GradeRequest
 from engine.grading.backends.http_client import HttpBackend
 from engine.grading.backends.http_server import start_server
 from engine.grading.backends.local import LocalBackend
-from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.options import EvalConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()

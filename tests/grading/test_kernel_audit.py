@@ -14,7 +14,7 @@ from engine.grading.judge.kernel_audit import (
     profiled_kernel_names,
     work_split,
 )
-from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.options import EvalConfig
 from engine.grading.runner import dsl_hooks
 from engine.grading.runner.dsl_hooks import LaunchCounter
 from engine.grading.runner.loop import Runner

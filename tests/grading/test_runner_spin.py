@@ -13,7 +13,8 @@ import pytest
 
 from engine.grading.api import GradeRequest
 from engine.grading.judge.judge import Judge
-from engine.grading.parent.evaluate import EvalConfig, make_job
+from engine.grading.options import EvalConfig
+from engine.grading.parent.evaluate import make_job
 from engine.grading.runner.loop import MAX_WARM_S, Runner, spin_until_readable
 
 

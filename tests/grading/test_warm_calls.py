@@ -13,7 +13,8 @@ import pytest
 
 from engine.grading.api import Feedback, GradeRequest
 from engine.grading.backends.local import LocalBackend
-from engine.grading.parent.evaluate import PREVIEW_COUNTS, EvalConfig, make_job
+from engine.grading.options import PREVIEW_COUNTS, EvalConfig
+from engine.grading.parent.evaluate import make_job
 from tests.grading.conftest import SUITE_CONFIG
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -20,7 +20,7 @@ from engine.grading.backends.fleet import (
 from engine.grading.backends.http_client import HttpBackend
 from engine.grading.backends.http_server import start_server
 from engine.grading.backends.local import LocalBackend
-from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.options import EvalConfig
 
 HONEST = (
     Path(__file__).parents[1] / "grading" / "fixtures" / "honest" / "p28_plain.py"

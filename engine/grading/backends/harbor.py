@@ -24,15 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.options import EvalConfig
 from engine.grading.parent.evaluate import (
-    EvalConfig,
     feedback_from,
     make_job,
-    request_problem,
-    static_feedback,
+    screen_request,
 )
 from engine.grading.parent.supervise import REPO_ROOT, ChildOutcome, tagged_messages
-from engine.grading.rules.static import check_source
 
 UPLOADS = ("engine/__init__.py", "engine/grading", "problems")
 
@@ -144,12 +142,9 @@ class HarborBackend:
             raise HarborConfigError(f"harbor backend: {exc}") from exc
 
     async def grade(self, request: GradeRequest) -> Feedback:
-        bad = request_problem(request, self.eval_config.problem_paths)
-        if bad is not None:
-            return bad
-        findings = check_source(request.source)
-        if findings:
-            return static_feedback(request, findings)
+        opening = screen_request(request, self.eval_config)
+        if opening is not None:
+            return opening
         try:
             env_class = self.validate()
         except HarborConfigError as exc:

@@ -20,17 +20,15 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.options import EvalConfig
 from engine.grading.parent.evaluate import (
-    EvalConfig,
     feedback_from,
     gpu_count,
     make_job,
-    request_problem,
-    static_feedback,
+    screen_request,
 )
 from engine.grading.parent.supervise import REPO_ROOT, ChildOutcome, Limits, child_env, kill_group
 from engine.grading.parent.supervise import run_subprocess as _run_subprocess
-from engine.grading.rules.static import check_source
 
 STREAM_LIMIT = 64 * 1024 * 1024
 
@@ -271,12 +269,9 @@ class LocalBackend:
         }
 
     async def grade(self, request: GradeRequest) -> Feedback:
-        bad = request_problem(request, self.config.problem_paths)
-        if bad is not None:
-            return bad
-        findings = check_source(request.source)
-        if findings:
-            return static_feedback(request, findings)
+        opening = screen_request(request, self.config)
+        if opening is not None:
+            return opening
         if request.device == "cuda" and self.device != "cuda":
             return Feedback(
                 "error",

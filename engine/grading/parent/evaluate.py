@@ -11,90 +11,21 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from random import SystemRandom
 from typing import Any
 
 from engine.grading.api import Feedback, Finding, GradeRequest
-from engine.grading.judge import kernel_audit
-from engine.grading.parent.supervise import ChildOutcome, Limits, run_subprocess
+from engine.grading.options import GPU_COUNTS, PREVIEW_COUNTS, EvalConfig, job_options
+from engine.grading.parent.supervise import ChildOutcome, run_subprocess
 from engine.grading.rules.static import check_source, first_reason
-
-PROBLEMS_ROOT = Path(__file__).resolve().parents[3] / "problems"
-FAMILY_FOLDERS = ("attention", "kv_cache", "mlp_norm", "moe", "quantization", "linear_attention")
-
-# (correctness draws, warmup calls, timed calls, rechecks)
-GPU_COUNTS = (5, 10, 50, 3)
-PREVIEW_COUNTS = (5, 2, 10, 3)
-
-
-@dataclass
-class EvalConfig:
-    """Knobs of one evaluation; defaults follow the contract."""
-
-    timeout_s: float = 600.0
-    eager_timeout_s: float = 600.0
-    memory_limit_mb: int | None = None  # None: 16 GiB in CPU preview, 64 GiB host RSS on GPU
-    scale: str | None = None  # None: "full" on GPU, "smoke" in CPU preview
-    counts: tuple[int, int, int, int] | None = None  # None: GPU_COUNTS / PREVIEW_COUNTS
-    env: dict[str, str] = field(default_factory=dict)  # extra child environment
-    problem_paths: dict[str, str] = field(default_factory=dict)  # id → file (tests, drafts)
-    dsl_checks: bool | None = None  # None: on GPU only; True also on CPU (tests, stand-in DSL)
-    # Profiler cross-check of DSL launches: "report" records it, "enforce" also rejects an
-    # unconfirmed launch (dsl.launch_unconfirmed), "off" skips the extra profiled call.
-    kernel_audit: str = "report"
-    # Run submissions without the bubblewrap jail (recorded on the feedback); never the default.
-    unsafe_no_jail: bool = False
-    # submission runners each warm slot keeps started ahead (each imports torch and the DSLs
-    # in seconds; back-to-back evaluations on a GPU want several)
-    spare_runners: int = 2
-    # Busy-poll this long in each runner after staging a call's inputs, before answering, so
-    # its core is awake when the call comes (outside every clock; both runners alike). Off
-    # until a GPU run shows it helps (docs/grading.md, "Session 7"); at most 50 ms.
-    stage_warmup_ms: float = 0.0
-    # Keep a per-call trace of the timed calls (figures, the CPUs the runner and the judge
-    # ran on, steal ticks) in ``clock.call_trace``: diagnostics, off by default.
-    call_trace: bool = False
-    # Precede each warm-up and timed call, on both sides, with an untimed call on the previous
-    # call's inputs (outputs dropped), so the call is timed with its code and data in the
-    # caches rather than evicted by the judge's checks in between. Never for problems with
-    # in-place outputs (their previous inputs were written). Off until a GPU run shows it
-    # helps (docs/grading.md, "Warm calls").
-    warm_calls: bool = False
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.stage_warmup_ms <= 50.0:
-            raise ValueError(f"stage_warmup_ms must be within 0..50, not {self.stage_warmup_ms}")
-        if self.kernel_audit not in kernel_audit.MODES:
-            raise ValueError(
-                f"kernel_audit must be one of {kernel_audit.MODES}, not {self.kernel_audit!r}"
-            )
-
-    def limits(self, device: str) -> Limits:
-        memory = self.memory_limit_mb
-        if memory is None:
-            memory = 16 * 1024 if device == "cpu" else 64 * 1024
-        return Limits(self.timeout_s, self.eager_timeout_s, memory)
-
-
-def problem_ids() -> dict[str, str]:
-    """Map of id and slug → id for the catalog's files (read from file names, no import)."""
-    known: dict[str, str] = {}
-    for folder in FAMILY_FOLDERS:
-        for path in (PROBLEMS_ROOT / folder).glob("p[0-9][0-9]_*.py"):
-            pid, _, slug = path.stem.partition("_")
-            known[pid] = pid
-            known[slug] = pid
-    return known
 
 
 def resolve_problem(key: str) -> str | None:
     """The problem id for ``key`` (id, number or slug), or None if unknown."""
-    k = key.strip()
-    if k.isdigit():
-        k = f"p{int(k):02d}"
-    return problem_ids().get(k)
+    from problems.registry import resolve_id
+
+    return resolve_id(key)
 
 
 def gpu_count() -> int:
@@ -161,14 +92,10 @@ def make_job(request: GradeRequest, device: str, config: EvalConfig, workdir: st
         "rss_limit_mb": limits.memory_limit_mb,
         "timeout_s": limits.timeout_s,
         "eager_timeout_s": limits.eager_timeout_s,
-        "unsafe_no_jail": config.unsafe_no_jail,
         "workdir": workdir,
         "problem_path": config.problem_paths.get(request.problem_id),
         "dsl_checks": device == "cuda" if config.dsl_checks is None else config.dsl_checks,
-        "kernel_audit": config.kernel_audit,
-        "stage_warmup_ms": config.stage_warmup_ms,
-        "call_trace": config.call_trace,
-        "warm_calls": config.warm_calls,
+        **job_options(config),
     }
 
 
@@ -283,17 +210,24 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
     return fb
 
 
+def screen_request(request: GradeRequest, config: EvalConfig) -> Feedback | None:
+    """Every backend's opening: a usage error (unknown problem or DSL) or a static-rule
+    failure as feedback, else None (the request goes on to a judge)."""
+    bad = request_problem(request, config.problem_paths)
+    if bad is not None:
+        return bad
+    findings = check_source(request.source)
+    return static_feedback(request, findings) if findings else None
+
+
 def grade_in_subprocess(
     request: GradeRequest, config: EvalConfig | None = None, device: str | None = None
 ) -> Feedback:
     """Grade one request in a fresh child process (blocking); used by ``mkb grade``."""
     config = config or EvalConfig()
-    bad = request_problem(request, config.problem_paths)
-    if bad is not None:
-        return bad
-    findings = check_source(request.source)
-    if findings:
-        return static_feedback(request, findings)
+    opening = screen_request(request, config)
+    if opening is not None:
+        return opening
     device = device or resolve_device(request.device)
     workdir = tempfile.mkdtemp(prefix="mkb-grade-")
     try:

@@ -175,7 +175,7 @@ QUIET_PHASES = frozenset({"eager_timing", "warmup", "timing"})
 class BackgroundPause:
     """Stops what this parent started ahead (spare runners importing torch and the DSLs,
     starting CUDA and the profiler; the next job's judge warming CUDA) while the running judge
-    times calls, and lets it go on afterwards. Measured on the H200 (session 8): evaluations
+    times calls, and lets it go on afterwards. Measured on the H200 (2026-12-04): evaluations
     that overlapped a spare's start scored a 65 µs call 12–25 % slower than those that did not."""
 
     def __init__(self, started_ahead: Callable[[], list[int]]) -> None:

@@ -1,7 +1,7 @@
 """A small CUPTI activity reader: the kernels, copies and sets a region ran, with device times.
 
 Why not ``torch.profiler``: on the H200 its first region costs 4.7–5.7 s per process (all of
-it in ``profile().__enter__``, PyTorch's own start; ``docs/gpu-runs/2026-12-04-session8/
+it in ``profile().__enter__``, PyTorch's own start; ``docs/gpu-runs/2026-12-04-work-share/
 cupti.jsonl``), and a runner is a fresh process per evaluation. Enabling CUPTI's activity
 records directly through ctypes took 0.12 s there. The reader uses the ``libcupti`` that
 PyTorch already loaded, asks for concurrent-kernel, memcpy and memset records only while a

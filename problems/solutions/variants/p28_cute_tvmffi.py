@@ -1,6 +1,6 @@
 """p28 fused residual add + RMSNorm (bf16, hidden 4096) in CuTe DSL, called through TVM-FFI.
 
-The kernel is first p28 CuTe solution's (before session 6), unchanged (one warp per row, four rows per 128-thread CTA, each
+The kernel is first p28 CuTe solution's (2026-12-02), unchanged (one warp per row, four rows per 128-thread CTA, each
 lane keeps its 128 values of ``s = x + r`` in fp32 registers, warp-shuffle sum of squares,
 ``s * rsqrt(mean + eps) * w`` written as bf16; one read of ``x``, ``r``, one write of ``y``).
 Only the call path differs: compiled once per shape with ``options="--enable-tvm-ffi"`` and
@@ -9,7 +9,7 @@ then called with the torch tensors and a Python float, with no ``from_dlpack`` a
 the call and raises on a mismatch, so a non-contiguous input fails loudly instead of being
 misread). Per call: one ``torch.empty_like``, one dict lookup, one TVM-FFI call. Expected on
 the H200: ~15 µs of host time (p36's kernel on this path: 15.5 µs) instead of 149 µs, device
-time unchanged (~272 µs), so ~285 µs end to end instead of 415 µs. No eager glue. Measured on the H200 (session 6, docs/solutions.md): 14.5 µs host, 257 µs device, 280 µs end to end (26.6 % of SOL).
+time unchanged (~272 µs), so ~285 µs end to end instead of 415 µs. No eager glue. Measured on the H200 (2026-12-03, docs/solutions.md): 14.5 µs host, 257 µs device, 280 µs end to end (26.6 % of SOL).
 """
 
 from __future__ import annotations

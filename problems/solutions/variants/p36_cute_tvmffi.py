@@ -4,7 +4,7 @@ The kernel is p36_cute_dlpack.py's (one warp per row, eight rows per 256-thread 
 one read and one write of the tensor). Only the call path differs: the function is compiled
 once per shape with ``options="--enable-tvm-ffi"`` and then called with the torch tensors
 themselves, with no ``from_dlpack`` wrapper per call. On the H200 that call path took 15.5 µs
-of host time instead of 71.5 µs (101 µs end to end instead of 155 µs). Measured on the H200 (session 6, docs/solutions.md): 14.6 µs host, 84.3 µs device, 100 µs end to end (55.4 % of SOL).
+of host time instead of 71.5 µs (101 µs end to end instead of 155 µs). Measured on the H200 (2026-12-03, docs/solutions.md): 14.6 µs host, 84.3 µs device, 100 µs end to end (55.4 % of SOL).
 """
 
 from __future__ import annotations

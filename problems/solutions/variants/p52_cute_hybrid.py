@@ -1,10 +1,10 @@
 """p52 FP8 attention output projection (Qwen3-VL, 1x128 activation / 128x128 weight blocks)
 in CuTe DSL, called through TVM-FFI.
 
-The first solution of this problem, kept as a variant: ``p52_cute.py`` replaced it in session 7.
+The first solution of this problem, kept as a variant: ``p52_cute.py`` replaced it on 2026-12-03.
 
 Hybrid, as the first p52 solution: CuTe kernels do the quantization work, eager PyTorch the fp32 GEMM.
-The two kernels are the first p52 CuTe solution's (before session 6), unchanged:
+The two kernels are the first p52 CuTe solution's (2026-12-02), unchanged:
 
 * activation: one warp per 1x128 group takes the group's absolute maximum (warp max), the
   decode scale ``max(amax / 448, 1e-12)``, rounds ``x / scale`` (clamped to +-448) to E4M3
@@ -21,7 +21,7 @@ Eager glue that remains: the fp32 GEMM ``x_deq @ w_deq.t()``, the bias cast and 
 cast to bf16, exactly as the reference runs them (no TF32). They are ~99 % of the time (the
 fp32 GEMM, ~38 ms): replacing them means a DSL block-scaled FP8 GEMM, not a small kernel.
 Expected on the H200: ~40 µs of host time (two ``torch.empty``, one TVM-FFI call, four eager
-ops) instead of 495 µs; device time unchanged (~38.2 ms). Measured on the H200 (session 6, docs/solutions.md): 366 µs host, 37,799 µs device, 37,923 µs end to end (2.6 % of SOL).
+ops) instead of 495 µs; device time unchanged (~38.2 ms). Measured on the H200 (2026-12-03, docs/solutions.md): 366 µs host, 37,799 µs device, 37,923 µs end to end (2.6 % of SOL).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """p52 FP8 attention output projection (Qwen3-VL, 1x128 activation / 128x128 weight blocks)
 in TIRx.
 
-The first solution of this problem, kept as a variant: ``p52_tirx.py`` replaced it in session 7.
+The first solution of this problem, kept as a variant: ``p52_tirx.py`` replaced it on 2026-12-03.
 
 Hybrid: TIRx kernels do the quantization work, eager PyTorch the fp32 GEMM.
 

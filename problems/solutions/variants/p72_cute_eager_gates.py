@@ -1,8 +1,8 @@
 """p72 gated delta-net decode step (Qwen3-Next: 8 q/k heads, 16 v heads, d 128) in CuTe DSL,
-called through TVM-FFI, with the gates in PyTorch (the first p72 CuTe file until session 9;
+called through TVM-FFI, with the gates in PyTorch (the first p72 CuTe file until 2026-12-04;
 ``p72_cute.py`` now computes them in the kernel: 55 µs end to end against 144-198 µs here).
 
-The kernel is the first p72 CuTe solution's (before session 6), with the same arithmetic in the same order: each warp owns one
+The kernel is the first p72 CuTe solution's (2026-12-02), with the same arithmetic in the same order: each warp owns one
 row ``v`` of one head's k-last state ``S[v, :]`` (128 fp32); with ``gS = g * S[v, :]`` it
 computes ``v_old = gS . k`` (warp reduction), ``S'[v, :] = gS + beta * (v[v] - v_old) * k``
 (written to the new state) and ``out[v] = scale * S'[v, :] . q`` (second reduction). The
@@ -13,7 +13,7 @@ What changed is the call path. The function is compiled once per shape with
 (``state``/``new_state [B, Hv, d, d]``, ``q``/``k [B, 1, Hk, d]``, ``v``/``out
 [B, 1, Hv, d]``, ``g``/``beta [B, 1, Hv]``) and ``scale`` as a Python float: the kernel
 indexes the 4-D/3-D tensors directly (``batch, head, v`` decoded from the warp's row, q/k
-head ``head // (Hv / Hk)``, as the first p72 CuTe solution's (before session 6) flattened indices did), so the eight
+head ``head // (Hv / Hk)``, as the first p72 CuTe solution's (2026-12-02) flattened indices did), so the eight
 ``.contiguous().view(...)`` calls and eight ``from_dlpack`` wrappers per call are gone, and
 the head counts come from the compiled static shapes instead of scalar arguments. TVM-FFI
 checks shape, strides, dtype and device of every tensor at the call.
@@ -25,7 +25,7 @@ reference's. Moving them into the kernel would save those launches (~40 µs of h
 would change ``g`` by an ulp or two (the DSL's ``exp``/``log1p`` are not PyTorch's), which
 cannot be checked against the tolerance without a GPU. Expected on the H200: ~60 µs of host
 time (gates ~45 µs, two ``empty_like``, one TVM-FFI call) instead of 291 µs, device time as
-before (~57 µs), so ~110 µs end to end instead of 330 µs. Measured on the H200 (session 6, docs/solutions.md): 127 µs host, 57.0 µs device, 175 µs end to end (16.1 % of SOL).
+before (~57 µs), so ~110 µs end to end instead of 330 µs. Measured on the H200 (2026-12-03, docs/solutions.md): 127 µs host, 57.0 µs device, 175 µs end to end (16.1 % of SOL).
 """
 
 from __future__ import annotations

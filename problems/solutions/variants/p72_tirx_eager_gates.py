@@ -1,6 +1,6 @@
 """p72 gated delta-net decode step (Qwen3-Next: 8 q/k heads, 16 v heads, d 128) in TIRx.
 
-The first solution of this problem, kept as a variant: ``p72_tirx.py`` replaced it in session 7.
+The first solution of this problem, kept as a variant: ``p72_tirx.py`` replaced it on 2026-12-03.
 
 Hybrid: the per-(batch, head) gates ``g = exp(-exp(A_log) * softplus(a + dt_bias))`` and
 ``beta = sigmoid(b)`` are 1,024 scalars, computed in eager PyTorch. The kernel does the
