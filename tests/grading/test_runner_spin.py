@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from engine.grading.api import GradeRequest
-from engine.grading.judge.judge import Judge
+from engine.grading.judge.state import Evaluation
 from engine.grading.options import EvalConfig
 from engine.grading.parent.evaluate import make_job
-from engine.grading.runner.loop import MAX_WARM_S, Runner, spin_until_readable
+from engine.grading.runner.channel import spin_until_readable
+from engine.grading.runner.loop import MAX_WARM_S, Runner
 
 
 def test_spin_returns_false_after_its_budget_when_nothing_comes() -> None:
@@ -73,9 +74,9 @@ def test_stage_spins_as_long_as_asked_and_never_past_the_cap(
 
 
 def test_the_judge_asks_for_the_configured_warm_up() -> None:
-    off = Judge.stage_message(SimpleNamespace(job={}), ["layout"])  # type: ignore[arg-type]
+    off = Evaluation.stage_message(SimpleNamespace(job={}), ["layout"])  # type: ignore[arg-type]
     assert off == {"op": "stage", "inputs": ["layout"]}
-    on = Judge.stage_message(SimpleNamespace(job={"stage_warmup_ms": 5.0}), [])  # type: ignore[arg-type]
+    on = Evaluation.stage_message(SimpleNamespace(job={"stage_warmup_ms": 5.0}), [])  # type: ignore[arg-type]
     assert on == {"op": "stage", "inputs": [], "warm_s": 0.005}
     job = make_job(GradeRequest("p28", "cute", "x"), "cpu", EvalConfig(stage_warmup_ms=2.5), "/tmp")
     assert job["stage_warmup_ms"] == 2.5

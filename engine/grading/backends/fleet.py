@@ -44,15 +44,11 @@ class FleetBackend(HttpBackend):
     name = "http"
 
     def __init__(
-        self,
-        urls: list[str],
-        token: str | None = None,
-        *,
-        cooldown_s: float = 2.0,
-        max_cooldown_s: float = 60.0,
-        **options: Any,
+        self, *args: Any, cooldown_s: float = 2.0, max_cooldown_s: float = 60.0, **options: Any
     ) -> None:
-        super().__init__(urls, token, **options)
+        """``HttpBackend``'s arguments, and how long a failed host is passed over (doubling
+        from ``cooldown_s`` up to ``max_cooldown_s``)."""
+        super().__init__(*args, **options)
         self.cooldown_s = cooldown_s
         self.max_cooldown_s = max_cooldown_s
         self.last_failure: dict[str, float] = {}

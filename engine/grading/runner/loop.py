@@ -23,17 +23,15 @@ the output memory itself, checks every output and times every call with its own 
 bypass call looks exactly like a normal call: the switch is one byte of a shared page that the
 judge sets and only the launch hooks read.
 
-Imports only the standard library, torch and ``dsl_hooks`` (a sibling file), so it runs from a
-directory holding just these two files, with ``python -I``.
+Imports only the standard library, torch and the other files of its zone
+(:mod:`engine.grading.runner`: ``channel``, ``process``, ``dsl_hooks``, ``cupti_activity``), so
+it runs from a directory holding just those files, with ``python -I``.
 """
 
 from __future__ import annotations
 
 import argparse
-import array
 import contextlib
-import ctypes
-import json
 import mmap
 import os
 import socket
@@ -42,46 +40,30 @@ import time
 import traceback
 from typing import Any
 
-MAX_MESSAGE = 1 << 20
-# On a GPU, after each message both ends poll (busy) this long for the next one before they
-# block: a process that sleeps in the kernel wakes with a cold core, and a call after a 2 ms
-# sleep spent ~55 µs more host time on the H200 (benchmarks/call_cadence_gpu.py, "blocked").
-SPIN_S = 0.01
+if __package__:
+    from engine.grading.runner.channel import receive, send, spin_until_readable
+    from engine.grading.runner.process import (
+        CudaExporter,
+        is_memory_error,
+        limit_address_space,
+        native_threads,
+        python_threads,
+    )
+else:  # run as a script in the jail: its zone's other files lie beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from channel import receive, send, spin_until_readable  # type: ignore[import-not-found,no-redef]
+    from process import (  # type: ignore[import-not-found,no-redef]
+        CudaExporter,
+        is_memory_error,
+        limit_address_space,
+        native_threads,
+        python_threads,
+    )
+
 MAX_WARM_S = 0.05  # the longest warm-up spin a "stage" request may ask for
 MAX_ERROR_CHARS = 2000
 ALIGN = 64
 SOURCE_PATH = "submission.py"
-
-
-# -- messages --------------------------------------------------------------------------------
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = json.dumps(message, default=str).encode()
-    if fds:
-        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-    else:
-        sock.send(data)
-
-
-def spin_until_readable(sock: socket.socket, seconds: float = SPIN_S) -> bool:
-    """Poll ``sock`` without sleeping for up to ``seconds``; True once it is readable."""
-    import select
-
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    clock = time.perf_counter
-    end = clock() + seconds
-    while True:
-        if poller.poll(0):
-            return True
-        if clock() >= end:
-            return False
-
-
-def receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 8)
-    if not data:
-        raise EOFError("the judge closed the socket")
-    return json.loads(data), list(fds)
 
 
 def short_traceback(exc: BaseException) -> str:
@@ -89,59 +71,6 @@ def short_traceback(exc: BaseException) -> str:
     text = "".join(traceback.format_list(frames[-6:]))
     text += "".join(traceback.format_exception_only(type(exc), exc))
     return text if len(text) <= MAX_ERROR_CHARS else "…" + text[-MAX_ERROR_CHARS:]
-
-
-def is_memory_error(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return (
-        isinstance(exc, MemoryError)
-        or type(exc).__name__ == "OutOfMemoryError"
-        or "can't allocate memory" in text
-        or "out of memory" in text
-    )
-
-
-def python_threads() -> int:
-    import threading
-
-    return threading.active_count()
-
-
-def native_threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
-
-
-# -- CUDA IPC export (driver API; the judge imports) ------------------------------------------
-class IpcHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
-
-
-class CudaExporter:
-    """Export device allocations by CUDA IPC handle (runner-allocated memory only)."""
-
-    def __init__(self) -> None:
-        self.lib = ctypes.CDLL("libcuda.so.1")
-        self.cache: dict[int, tuple[str, int]] = {}
-
-    def export(self, ptr: int) -> dict[str, Any]:
-        base, size = ctypes.c_uint64(), ctypes.c_size_t()
-        rc = self.lib.cuMemGetAddressRange_v2(
-            ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)
-        )
-        if rc != 0:
-            raise RuntimeError(f"cuMemGetAddressRange failed ({rc})")
-        cached = self.cache.get(base.value)
-        if cached is None or cached[1] != size.value:
-            handle = IpcHandle()
-            rc = self.lib.cuIpcGetMemHandle(ctypes.byref(handle), base)
-            if rc != 0:
-                raise RuntimeError(f"cuIpcGetMemHandle failed ({rc})")
-            cached = (ctypes.string_at(ctypes.addressof(handle), 64).hex(), size.value)
-            self.cache[base.value] = cached
-        return {"handle": cached[0], "ipc_offset": ptr - base.value}
 
 
 # -- the runner ------------------------------------------------------------------------------
@@ -512,19 +441,6 @@ def _hooks() -> Any:
 
 def profiled_kernel_names(call: Any) -> tuple[list[str], list[float], bool] | None:
     return _hooks().profiled_kernel_names(call)  # type: ignore[no-any-return]
-
-
-def limit_address_space(extra_mb: int) -> None:
-    """Cap virtual memory at the current size plus ``extra_mb`` (CPU preview)."""
-    import resource
-
-    size = 0
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmSize:"):
-                size = int(line.split()[1]) * 1024
-    limit = size + extra_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def main(argv: list[str] | None = None) -> int:
