@@ -5,7 +5,7 @@
 
 Grades an honest plain-torch p28 submission (tests/grading/fixtures/honest/p28_plain.py)
 with the DSL checks off (it launches no DSL kernel), so the figures are the harness's own
-cost: the static check, a fresh ``python -m engine.grading.judge.judge`` and runner per evaluation
+cost: the static check, a fresh ``python -m engine.grading.judge.job`` and runner per evaluation
 (cold), a warm parent that forks a judge per evaluation and keeps runners started ahead
 (warm), each phase inside the judge, and the timer floor (timing a call that does nothing).
 CPU preview uses the smoke workload and fewer calls; on a GPU the full workload and the

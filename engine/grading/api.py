@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from engine.grading.verdict import Evidence, decide
 from problems.sol import share_of_sol
 
 Verdict = Literal["pass", "fail", "preview", "error"]
@@ -106,6 +107,22 @@ class Feedback:
             f if isinstance(f, Finding) else Finding(**f) for f in known.get("findings", [])
         ]
         return cls(**known)
+
+    @classmethod
+    def decided(cls, request: GradeRequest, evidence: Evidence, **fields: Any) -> Feedback:
+        """The feedback for ``request`` whose verdict, reason and message
+        :func:`engine.grading.verdict.decide` draws from ``evidence`` (the one place verdicts
+        are decided); ``fields``: the rest of the evidence to show."""
+        verdict, reason, message = decide(evidence)
+        return cls(
+            verdict,  # type: ignore[arg-type]
+            reason,
+            message,
+            request.request_id,
+            request.problem_id,
+            request.dsl,
+            **fields,
+        )
 
 
 class GradingBackend(Protocol):

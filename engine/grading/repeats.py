@@ -2,8 +2,9 @@
 
 A small call's speedup moves with the grading host's CPU speed (on the H200 virtual machine,
 p36 by 10–20 % between runs, inside the grader and outside it alike; docs/grading.md,
-"The small-call spread"), so a single reading of a call under ~150 µs is one draw. ``mkb grade --repeat
-N`` grades N times, each in a fresh child, and reports the median with its range.
+"The small-call spread"), so a single reading of a call under ~150 µs is one draw.
+``mkb grade --repeat N`` grades N times, each in a fresh child, and reports the median with
+its range.
 """
 
 from __future__ import annotations

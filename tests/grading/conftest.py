@@ -10,7 +10,7 @@ import pytest
 
 from engine.grading.api import Feedback, GradeRequest
 from engine.grading.backends.local import LocalBackend
-from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.options import EvalConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_PROBLEMS = {

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.grading.judge.judge import Channel
+from engine.grading.judge.job import Channel
 from engine.grading.parent.supervise import Limits
 from engine.grading.parent.zygote import (
     BackgroundPause,

@@ -11,7 +11,7 @@ import pytest
 
 from engine.grading.api import Feedback, GradeRequest
 from engine.grading.backends.local import LocalBackend
-from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.options import EvalConfig
 from engine.grading.parent.supervise import REPO_ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -118,7 +118,7 @@ def test_usage_errors_exit_two(args: tuple[str, ...]) -> None:
         # the judge path on a GPU host: torch, numpy and the DSLs only
         (
             (
-                "engine.grading.judge.judge",
+                "engine.grading.judge.job",
                 "engine.grading.parent.zygote",
                 "engine.grading.judge.wire",
                 "engine.grading.judge.runner_proc",

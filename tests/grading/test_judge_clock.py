@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
 
+from engine.grading.judge.breakdown import CallBreakdown
 from engine.grading.judge.clock import JudgeClock
-from engine.grading.judge.rejections import Rejected
+from engine.grading.judge.state import CallFigures, Evaluation
+from engine.grading.verdict import Rejected
 
 NOOP = {"bound_ms": 0.6, "gap_median_ms": 0.25, "trip_gap_median_ms": 0.3}
 
@@ -17,23 +18,27 @@ class Clock(JudgeClock):
     """Only the arithmetic: calibrations and per-call figures given directly."""
 
     def __init__(self, runner_ms: list[float], gap: float, report: float, eager: dict) -> None:
-        self.torch, self.device, self.cuda = torch, "cuda", True
-        self.runner_ms = runner_ms
-        self.gaps = [gap] * len(runner_ms)
-        self.judge_ms = [ms + gap + report for ms in runner_ms]
-        self.reports_ms = [report] * len(runner_ms)
         self.result: dict[str, Any] = {
             "clock": dict(NOOP),
             "eager_clock": {"call_excess_ms": 0.0, "trip_excess_ms": 0.0, **eager},
             "eager_median_ms": 10.0,
         }
-        self.flags: list[str] = []
+        evaluation = Evaluation({}, None, None, True, "full", self.result)  # type: ignore[arg-type]
+        figures = CallFigures(
+            CallBreakdown(self.result),
+            runner_ms=runner_ms,
+            gaps=[gap] * len(runner_ms),
+            judge_ms=[ms + gap + report for ms in runner_ms],
+            reports_ms=[report] * len(runner_ms),
+        )
+        super().__init__(evaluation, figures)
 
     def settle_breakdown(self) -> None:  # the runner's unscored split is not under test
         pass
 
-    def flag(self, name: str) -> None:
-        self.flags.append(name)
+    @property
+    def flags(self) -> list[str]:
+        return self.result.get("flags", [])
 
 
 def test_honest_long_call_within_the_references_excess_passes() -> None:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from engine.grading.judge.judge import Judge, Rejected
+from engine.grading.judge.breakdown import CallBreakdown
+from engine.grading.judge.evidence import CallEvidence
 from engine.grading.judge.kernel_audit import (
     MIN_DSL_SHARE,
     cross_check,
@@ -14,10 +15,12 @@ from engine.grading.judge.kernel_audit import (
     profiled_kernel_names,
     work_split,
 )
+from engine.grading.judge.state import CallFigures, Evaluation
 from engine.grading.options import EvalConfig
 from engine.grading.runner import dsl_hooks
 from engine.grading.runner.dsl_hooks import LaunchCounter
 from engine.grading.runner.loop import Runner
+from engine.grading.verdict import Rejected
 
 TORCH_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
 CUTE = "kernel_cutlass_rmsnorm_tensorptrf32_0"
@@ -124,18 +127,26 @@ class _RunnerLink:
         return self.runner.audit(message), []
 
 
-def _judge(mode: str) -> tuple[Judge, LaunchCounter, _Channel]:
+class _Judge(CallEvidence):
+    """The judge's evidence checks with their evaluation's result at hand."""
+
+    @property
+    def result(self) -> dict:
+        return self.evaluation.result
+
+
+def _judge(mode: str) -> tuple[_Judge, LaunchCounter, _Channel]:
     """A judge on a pretend GPU whose runner's profiled call counts one hooked launch."""
     counter = LaunchCounter("cute", kernel_names={CUTE})
     runner = Runner.__new__(Runner)
     runner.cuda, runner.counter, runner.last_inputs = True, counter, []
     runner.solve = lambda: counter.record("cute")
-    judge = Judge.__new__(Judge)
     channel = _Channel()
-    judge.job = {"dsl": "cute", "kernel_audit": mode}
-    judge.cuda, judge.channel, judge.deadline = True, channel, 1e18
-    judge.result, judge.timings, judge.base_threads = {}, {}, None
-    judge.runner = _RunnerLink(runner)  # type: ignore[assignment]
+    job = {"dsl": "cute", "kernel_audit": mode}
+    evaluation = Evaluation(job, None, channel, cuda=True, scale="full", deadline=1e18)
+    evaluation.runner = _RunnerLink(runner)  # type: ignore[assignment]
+    figures = CallFigures(CallBreakdown(evaluation.result))
+    judge = _Judge(evaluation, figures, call=None, check_anchor=None)  # type: ignore[arg-type]
     return judge, counter, channel
 
 
@@ -211,8 +222,8 @@ def test_confirmed_launches_with_junk_durations_break_the_protocol(monkeypatch) 
 def test_the_bypass_verdict_comes_before_the_share(profiler_sees) -> None:
     profiler_sees([CONTROL, CUTE, TORCH_REDUCE], [2.0, 5.0, 95.0])
     judge, _, _ = _judge("report")
-    judge.launches, judge.phase, judge.timed = [1], lambda name: None, lambda name, start: None
-    judge.job["dsl_checks"] = True
+    judge.figures.launches = [1]
+    judge.evaluation.job["dsl_checks"] = True
     judge.bypass_test = lambda: "still_valid"  # type: ignore[method-assign]
     with pytest.raises(Rejected) as caught:
         judge.launch_evidence()

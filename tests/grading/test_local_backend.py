@@ -11,7 +11,7 @@ import pytest
 
 from engine.grading.api import GradeRequest
 from engine.grading.backends.local import LocalBackend
-from engine.grading.parent.evaluate import EvalConfig
+from engine.grading.options import EvalConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()

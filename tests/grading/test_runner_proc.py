@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engine.grading.judge.judge import runner_options
+from engine.grading.judge.job import runner_options
 from engine.grading.judge.runner_proc import RunnerOptions, _alive, preload_modules, runner_env
 
 

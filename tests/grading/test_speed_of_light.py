@@ -6,19 +6,28 @@ from __future__ import annotations
 import pytest
 
 from engine.grading.api import Feedback
-from engine.grading.judge.judge import Judge as Evaluation
+from engine.grading.judge.breakdown import CallBreakdown
+from engine.grading.judge.evidence import CallEvidence
+from engine.grading.judge.state import CallFigures, Evaluation
 from problems import registry
 from problems.sol import H200, sol_estimate
 
 SOL_MS = sol_estimate(registry.get("p28").cost("full"), H200).seconds * 1e3
 
 
-def _evaluation(device: str, impl_ms: float, cuda: bool = True) -> Evaluation:
-    evaluation = Evaluation.__new__(Evaluation)
-    evaluation.problem = registry.get("p28")
-    evaluation.cuda, evaluation.scale = cuda, "full"
-    evaluation.result = {"device": device, "impl_median_ms": impl_ms}
-    return evaluation
+class _Evidence(CallEvidence):
+    """The judge's evidence checks with their evaluation's result at hand."""
+
+    @property
+    def result(self) -> dict:
+        return self.evaluation.result
+
+
+def _evaluation(device: str, impl_ms: float, cuda: bool = True) -> _Evidence:
+    result = {"device": device, "impl_median_ms": impl_ms}
+    state = Evaluation({}, registry.get("p28"), None, cuda, "full", result)  # type: ignore[arg-type]
+    figures = CallFigures(CallBreakdown(result))
+    return _Evidence(state, figures, call=None, check_anchor=None)  # type: ignore[arg-type]
 
 
 def test_sol_is_reported_for_a_known_gpu() -> None:

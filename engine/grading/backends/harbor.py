@@ -31,6 +31,7 @@ from engine.grading.parent.evaluate import (
     screen_request,
 )
 from engine.grading.parent.supervise import REPO_ROOT, ChildOutcome, tagged_messages
+from engine.grading.verdict import InfrastructureError
 
 UPLOADS = ("engine/__init__.py", "engine/grading", "problems")
 
@@ -148,25 +149,16 @@ class HarborBackend:
         try:
             env_class = self.validate()
         except HarborConfigError as exc:
-            return Feedback(
-                "error", "crash", str(exc), request.request_id, request.problem_id, request.dsl
-            )
+            return Feedback.decided(request, InfrastructureError(str(exc)))
         async with self._slots:
             workdir = Path(tempfile.mkdtemp(prefix="mkb-harbor-"))
             try:
                 return await self._grade_in(env_class, request, workdir)
             except HarborConfigError as exc:
-                return Feedback(
-                    "error", "crash", str(exc), request.request_id, request.problem_id, request.dsl
-                )
+                return Feedback.decided(request, InfrastructureError(str(exc)))
             except Exception as exc:  # noqa: BLE001 - infrastructure: retryable error
-                return Feedback(
-                    "error",
-                    "crash",
-                    f"harbor environment failed: {exc!r}",
-                    request.request_id,
-                    request.problem_id,
-                    request.dsl,
+                return Feedback.decided(
+                    request, InfrastructureError(f"harbor environment failed: {exc!r}")
                 )
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -202,13 +194,9 @@ class HarborBackend:
         outcomes = [m for m in messages if m.get("kind") == "outcome"]
         if not outcomes:
             tail = ((result.stdout or "") + (result.stderr or ""))[-2000:]
-            return Feedback(
-                "error",
-                "crash",
-                f"no outcome from the container (exit {result.return_code})",
-                request.request_id,
-                request.problem_id,
-                request.dsl,
+            return Feedback.decided(
+                request,
+                InfrastructureError(f"no outcome from the container (exit {result.return_code})"),
                 log_tail=tail,
             )
         return feedback_from(request, ChildOutcome.from_dict(outcomes[0]["data"]), "cuda")

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.verdict import BadRequest, InfrastructureError
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 
@@ -79,13 +80,9 @@ class HttpBackend:
             problems.append(f"{url}: {transient}")
             if feedback is not None and not _retryable(feedback):
                 return feedback
-        return Feedback(
-            "error",
-            "crash",
-            f"grading failed after {self.tries} tries: " + "; ".join(problems),
-            request.request_id,
-            request.problem_id,
-            request.dsl,
+        return Feedback.decided(
+            request,
+            InfrastructureError(f"grading failed after {self.tries} tries: " + "; ".join(problems)),
         )
 
     async def _post(self, url: str, request: GradeRequest) -> tuple[Feedback | None, str | None]:
@@ -98,13 +95,8 @@ class HttpBackend:
                 return None, f"HTTP {resp.status}"
             if resp.status != 200:
                 text = await resp.text()
-                fb = Feedback(
-                    "error",
-                    "usage",
-                    f"grader answered HTTP {resp.status}: {text}",
-                    request.request_id,
-                    request.problem_id,
-                    request.dsl,
+                fb = Feedback.decided(
+                    request, BadRequest(f"grader answered HTTP {resp.status}: {text}")
                 )
                 return fb, f"HTTP {resp.status}"
             feedback = Feedback.from_dict(await resp.json())

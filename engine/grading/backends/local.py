@@ -29,6 +29,7 @@ from engine.grading.parent.evaluate import (
 )
 from engine.grading.parent.supervise import REPO_ROOT, ChildOutcome, Limits, child_env, kill_group
 from engine.grading.parent.supervise import run_subprocess as _run_subprocess
+from engine.grading.verdict import InfrastructureError
 
 STREAM_LIMIT = 64 * 1024 * 1024
 
@@ -273,14 +274,7 @@ class LocalBackend:
         if opening is not None:
             return opening
         if request.device == "cuda" and self.device != "cuda":
-            return Feedback(
-                "error",
-                "crash",
-                "this grader has no GPU",
-                request.request_id,
-                request.problem_id,
-                request.dsl,
-            )
+            return Feedback.decided(request, InfrastructureError("this grader has no GPU"))
         queue = self._queue()
         self.waiting += 1
         try:
@@ -310,13 +304,8 @@ class LocalBackend:
                 return feedback
             except WorkerDied as exc:
                 if attempt == 2:
-                    return Feedback(
-                        "error",
-                        "crash",
-                        f"grading worker died: {exc}",
-                        request.request_id,
-                        request.problem_id,
-                        request.dsl,
+                    return Feedback.decided(
+                        request, InfrastructureError(f"grading worker died: {exc}")
                     )
             finally:
                 await asyncio.to_thread(shutil.rmtree, workdir, True)

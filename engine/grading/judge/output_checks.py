@@ -1,14 +1,17 @@
 """The judge's checks of one call's outputs: memory (inputs untouched, aliasing as declared),
 stability (nothing changes after the report), the float64 anchor, and the sampled comparison
-with the eager output of the same draw. Mixed into :class:`engine.grading.judge.judge.Judge`."""
+with the eager output of the same draw."""
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.grading.judge.rejections import Rejected
+from engine.grading.judge.state import Evaluation
+from engine.grading.verdict import Rejected
 
 SAMPLE_FULL = 1 << 16  # leaves up to this many elements are kept whole for the timed checks
 SAMPLE_POSITIONS = 4096  # otherwise this many secret positions
@@ -24,30 +27,23 @@ class Expected:
 
 
 class OutputChecks:
-    """Checks on judge-owned copies of a runner's outputs (the judge's state is on ``self``)."""
+    """Checks on judge-owned copies of a runner's outputs, for one evaluation. ``fetch``
+    asks the submission's runner again for its last outputs (a judge-owned copy first)."""
 
-    torch: Any
-    problem: Any
-    job: dict[str, Any]
-    result: dict[str, Any]
-    inplace: Any
-    cuda: bool
-    rng: Any
-    transport: Any
-    runner: Any
-    draws: list[dict[str, Any]]
-    allowances: dict[int, float]
+    def __init__(self, evaluation: Evaluation, fetch: Callable[[], tuple[Any, ...]]) -> None:
+        import torch
 
-    def fetch_outputs(self) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-        raise NotImplementedError
-
-    def flag(self, name: str) -> None:
-        raise NotImplementedError
+        self.evaluation = evaluation
+        self.fetch = fetch
+        # the secret positions of the timed checks
+        self.rng = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
+        self.allowances: dict[int, float] = {}  # per output leaf: the correctness draws' widest
 
     def reduce(self, out: Any) -> Expected:
-        from problems.compare import leaves
+        """The eager output of one draw reduced to what the timed checks need."""
+        import torch
 
-        torch = self.torch
+        from problems.compare import leaves
 
         samples: list[tuple[Any, Any] | None] = []
         for leaf in leaves(out):
@@ -68,9 +64,11 @@ class OutputChecks:
     ) -> Any:
         """Inputs unchanged (except declared in-place outputs, taken from the input memory),
         no undeclared aliasing."""
+        import torch
+
         from problems.compare import leaves
 
-        torch = self.torch
+        problem, inplace = self.evaluation.problem, self.evaluation.inplace
         # the runner numbers input leaves; inputs are named and declared in place per argument
         slot_of_leaf = [slot for slot, x in enumerate(inputs) for _ in leaves([x])]
         tensor_inputs = [
@@ -78,7 +76,7 @@ class OutputChecks:
             for slot, leaf in zip(slot_of_leaf, leaves(inputs))
             if isinstance(leaf, torch.Tensor)
         ]
-        declared = {j: k for k, j in self.inplace.items()}
+        declared = {j: k for k, j in inplace.items()}
         out_leaves = leaves(out)
         aliased: list[set[int]] = []
         for k, desc in enumerate(described):
@@ -90,17 +88,17 @@ class OutputChecks:
             slots = {slot_of_leaf[i] for i in aliases}
             aliased.append(slots)
             for slot in slots:
-                if self.inplace.get(k) == slot:
+                if inplace.get(k) == slot:
                     continue
                 raise Rejected(
                     "correctness.aliasing",
-                    f"output {k} shares memory with input {self.problem.inputs[slot]}",
+                    f"output {k} shares memory with input {problem.inputs[slot]}",
                 )
-        for k, j in self.inplace.items():
+        for k, j in inplace.items():
             if j not in (aliased[k] if k < len(aliased) else set()):
                 raise Rejected(
                     "correctness.structure",
-                    f"output {self.problem.outputs[k]} must be input {self.problem.inputs[j]} "
+                    f"output {problem.outputs[k]} must be input {problem.inputs[j]} "
                     "updated in place (declared in-place output)",
                 )
         updated: dict[int, Any] = {}
@@ -109,7 +107,7 @@ class OutputChecks:
                 updated[declared[slot]] = live.clone()
                 continue
             if not torch.equal(live, pristine):
-                name = self.problem.inputs[slot]
+                name = problem.inputs[slot]
                 raise Rejected("correctness.input_mutated", f"input {name} was modified")
         if not updated:
             return out
@@ -117,7 +115,7 @@ class OutputChecks:
 
         replaced = list(out_leaves)
         for k, raw in updated.items():
-            source = inputs[self.inplace[k]]
+            source = inputs[inplace[k]]
             desc = {
                 "dtype": str(source.dtype).removeprefix("torch."),
                 "shape": list(source.shape),
@@ -132,15 +130,17 @@ class OutputChecks:
 
         On a GPU the judge re-reads the runner's allocations through its IPC mappings; on
         CPU it asks for a second report (a fresh copy of the same output memory)."""
+        import torch
+
         from engine.grading.judge.wire import raw_bytes
         from problems.compare import leaves
 
-        torch = self.torch
-        assert self.runner is not None
-        if self.cuda:
-            again = [self.transport.reread(desc) for desc in described]
+        evaluation = self.evaluation
+        assert evaluation.runner is not None
+        if evaluation.cuda:
+            again = [evaluation.transport.reread(desc) for desc in described]
         else:
-            second, _, _ = self.fetch_outputs()
+            second = self.fetch()[0]
             again = [raw_bytes(x) if isinstance(x, torch.Tensor) else None for x in leaves(second)]
         for leaf, now in zip(leaves(out), again):
             if now is None or not isinstance(leaf, torch.Tensor):
@@ -157,14 +157,15 @@ class OutputChecks:
         """The whole output against the float64 anchor; records the draw."""
         from problems.compare import check_outputs, reference_and_anchor
 
-        v, z = reference_and_anchor(self.problem.reference, pristine)
+        problem = self.evaluation.problem
+        v, z = reference_and_anchor(problem.reference, pristine)
         ok, structure, leaf_checks = check_outputs(out, v, z)
-        names = self.problem.outputs
+        names = problem.outputs
         if kind == "correctness":
             for c in leaf_checks:
                 if c.allowance is not None and math.isfinite(c.allowance):
                     self.allowances[c.index] = max(self.allowances.get(c.index, 0.0), c.allowance)
-        self.draws.append(
+        self.evaluation.draws.append(
             {
                 "kind": kind,
                 "index": index,
@@ -183,9 +184,11 @@ class OutputChecks:
 
     def check_sampled(self, out: Any, expected: Expected, kind: str, index: int) -> None:
         """The output against the eager output of the same draw at the secret positions."""
+        import torch
+
         from problems.compare import is_discrete, leaves, structure_mismatch
 
-        torch = self.torch
+        outputs = self.evaluation.problem.outputs
         mismatch = structure_mismatch(out, _from_skeleton(expected.structure, torch))
         if mismatch:
             raise Rejected("correctness.structure", f"{kind} call {index}: {mismatch}")
@@ -195,7 +198,7 @@ class OutputChecks:
             positions, v = sample
             flat = u.reshape(-1)
             got = flat if positions is None else flat[positions]
-            name = self.problem.outputs[k] if k < len(self.problem.outputs) else str(k)
+            name = outputs[k] if k < len(outputs) else str(k)
             if is_discrete(v.dtype):
                 a, b = (
                     (got.view(torch.uint8), v.view(torch.uint8))
@@ -226,7 +229,8 @@ class OutputChecks:
                 )
 
     def rejection_for(self, kind: str) -> Rejected:
-        record = self.draws[-1]
+        """The rejection for the last draw the anchor failed."""
+        record = self.evaluation.draws[-1]
         if record["structure"] or any(o["kind"] == "structure" for o in record["outputs"]):
             detail = record["structure"] or next(
                 o["detail"] for o in record["outputs"] if o["kind"] == "structure"
@@ -239,8 +243,6 @@ class OutputChecks:
         if kind == "recheck":
             return Rejected("correctness.recheck", f"timed call {record['index']}: {detail}")
         return Rejected("correctness.tolerance", f"draw {record['index']}: {detail}")
-
-    # -- timing, SOL, launch evidence --------------------------------------------------------
 
 
 def _skeleton(node: Any, torch: Any) -> Any:

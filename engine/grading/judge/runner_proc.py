@@ -2,9 +2,9 @@
 
 A submission runner is a fresh ``python -I loop.py`` started from a directory holding only
 the files of :mod:`engine.grading.runner` (``RUNNER_FILES``), inside a bubblewrap jail
-(:mod:`engine.sandbox.jail`): its own workdir, the Python with torch and the DSLs read-only, the GPU device nodes, no network,
-no project tree, store or keys, an unprivileged uid. If the jail cannot be built the grading
-fails closed, unless the operator chose ``unsafe_no_jail``.
+(:mod:`engine.sandbox.jail`): its own workdir, the Python with torch and the DSLs read-only,
+the GPU device nodes, no network, no project tree, store or keys, an unprivileged uid. If the
+jail cannot be built the grading fails closed, unless the operator chose ``unsafe_no_jail``.
 
 The eager reference runs in a *reference runner* forked from the judge before the judge
 touches CUDA: the same loop and timing code, trusted code only, so both sides of the speedup
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.grading.processes import SECRET_MARKERS, read_tail
-from engine.grading.runner.loop import SPIN_S, spin_until_readable
+from engine.grading.runner.channel import SPIN_S, spin_until_readable
 
 RUNNER_DIR = Path(__file__).resolve().parents[1] / "runner"
 # exactly the files of the runner's zone: copied into the jail, nothing else of ours goes there
@@ -259,7 +259,7 @@ class RunnerProcess:
 
     # -- talking ----------------------------------------------------------------------------
     def send(self, message: dict[str, Any], fds: list[int] | None = None) -> None:
-        from engine.grading.runner.loop import send
+        from engine.grading.runner.channel import send
 
         try:
             send(self.sock, message, fds)

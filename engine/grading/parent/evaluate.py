@@ -19,6 +19,7 @@ from engine.grading.api import Feedback, Finding, GradeRequest
 from engine.grading.options import GPU_COUNTS, PREVIEW_COUNTS, EvalConfig, job_options
 from engine.grading.parent.supervise import ChildOutcome, run_subprocess
 from engine.grading.rules.static import check_source, first_reason
+from engine.grading.verdict import BadRequest, Crashed, OverLimit, Rejected, decide
 
 
 def resolve_problem(key: str) -> str | None:
@@ -100,42 +101,19 @@ def make_job(request: GradeRequest, device: str, config: EvalConfig, workdir: st
 
 
 def static_feedback(request: GradeRequest, findings: list[Finding]) -> Feedback:
-    reason = first_reason(findings)
     lines = "; ".join(f"line {f.line}: {f.message}" if f.line else f.message for f in findings)
-    return Feedback(
-        verdict="fail",
-        reason=reason,
-        message=f"static check failed: {lines}",
-        request_id=request.request_id,
-        problem_id=request.problem_id,
-        dsl=request.dsl,
-        findings=findings,
-    )
+    rejected = Rejected(first_reason(findings) or "rule", f"static check failed: {lines}")
+    return Feedback.decided(request, rejected, findings=findings)
 
 
 def request_problem(request: GradeRequest, extra: Iterable[str] = ()) -> Feedback | None:
     """A usage-level failure for an unknown problem or DSL, else None."""
     from engine.grading.api import DSLS
 
-    extra = set(extra)
     if request.dsl not in DSLS:
-        return Feedback(
-            "error",
-            "usage",
-            f"unknown DSL {request.dsl!r} (one of {DSLS})",
-            request.request_id,
-            request.problem_id,
-            request.dsl,
-        )
-    if resolve_problem(request.problem_id) is None and request.problem_id not in extra:
-        return Feedback(
-            "error",
-            "usage",
-            f"unknown problem {request.problem_id!r}",
-            request.request_id,
-            request.problem_id,
-            request.dsl,
-        )
+        return Feedback.decided(request, BadRequest(f"unknown DSL {request.dsl!r} (one of {DSLS})"))
+    if resolve_problem(request.problem_id) is None and request.problem_id not in set(extra):
+        return Feedback.decided(request, BadRequest(f"unknown problem {request.problem_id!r}"))
     return None
 
 
@@ -191,20 +169,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
         jailed=data.get("jailed"),
     )
     if outcome.result is None:
-        phase = outcome.last_phase or "start"
-        if outcome.memory_killed:
-            fb.verdict, fb.reason = "fail", "memory"
-            fb.message = f"killed for exceeding the memory limit during {phase}"
-        elif outcome.timed_out:
-            fb.verdict, fb.reason = "fail", "timeout"
-            fb.message = f"time limit exceeded during {phase}"
-        else:
-            fb.reason = "crash"
-            submission_ran = phase not in ("start", "eager", "eager_timing", "eager_done")
-            fb.verdict = "fail" if submission_ran else "error"
-            fb.message = (
-                f"the grading child exited ({outcome.exit_code}) without a result during {phase}"
-            )
+        fb.verdict, fb.reason, fb.message = decide(missing_result(outcome))  # type: ignore[assignment]
     if device == "cpu" and fb.verdict == "pass":
         fb.verdict = "preview"  # never a scored pass without a GPU
     return fb
@@ -218,6 +183,19 @@ def screen_request(request: GradeRequest, config: EvalConfig) -> Feedback | None
         return bad
     findings = check_source(request.source)
     return static_feedback(request, findings) if findings else None
+
+
+def missing_result(outcome: ChildOutcome) -> OverLimit | Crashed:
+    """What a grading child that gave no result is evidence of: a limit that stopped it, or a
+    crash (the submission's when its code had run by then, else ours)."""
+    phase = outcome.last_phase or "start"
+    if outcome.memory_killed:
+        return OverLimit("memory", phase)
+    if outcome.timed_out:
+        return OverLimit("timeout", phase)
+    submission_ran = phase not in ("start", "eager", "eager_timing", "eager_done")
+    message = f"the grading child exited ({outcome.exit_code}) without a result during {phase}"
+    return Crashed(message, submission_ran)
 
 
 def grade_in_subprocess(

@@ -235,7 +235,7 @@ def run_subprocess(
     env_extra: dict[str, str] | None = None,
     python: str | None = None,
 ) -> ChildOutcome:
-    """Judge ``job`` in a fresh ``python -m engine.grading.judge.judge`` child (blocking)."""
+    """Judge ``job`` in a fresh ``python -m engine.grading.judge.job`` child (blocking)."""
     read_fd, write_fd = os.pipe()
     log_path = Path(workdir) / "worker.log"
     with open(log_path, "wb") as log:
@@ -243,7 +243,7 @@ def run_subprocess(
             [
                 python or sys.executable,
                 "-m",
-                "engine.grading.judge.judge",
+                "engine.grading.judge.job",
                 "--result-fd",
                 str(write_fd),
             ],

@@ -41,7 +41,7 @@ def preload(dsls: bool) -> list[str]:
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 - see Evaluation.run
 
-    import engine.grading.judge.judge  # noqa: F401
+    import engine.grading.judge.job  # noqa: F401
     import engine.grading.judge.kernel_audit  # noqa: F401
     import engine.grading.judge.timing  # noqa: F401
     import engine.grading.judge.wire  # noqa: F401
@@ -77,7 +77,7 @@ def _isolate(control: Sequence[int], spare: RunnerProcess | None) -> None:
 
 def _judge(job: dict[str, Any], write_fd: int, spare: RunnerProcess | None, prepared: Any) -> None:
     """In a forked judge: log to the job's folder, work there, judge the job."""
-    from engine.grading.judge.judge import run_job
+    from engine.grading.judge.job import run_job
 
     log = os.open(Path(job["workdir"]) / "worker.log", os.O_WRONLY | os.O_CREAT, 0o600)
     os.dup2(log, 1)
@@ -247,7 +247,7 @@ def run_primed_child(
     """In a judge forked ahead: prepare, wait for the job, judge it, exit."""
 
     def body() -> None:
-        from engine.grading.judge.judge import prepare
+        from engine.grading.judge.job import prepare
 
         _isolate(control, spare)
         prepared = prepare(device)
