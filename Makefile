@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON_FOR_VENV)" || { echo "error: python3.12 or python3.13 is required (Harbor needs Python >= 3.12)"; exit 1; }
 	@test -x $(PY) || $(PYTHON_FOR_VENV) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,cute,tirx]'
+	$(PY) -m pip install -q -e '.[dev,cute,tirx,ray]'
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 install: $(STAMP) system-deps

@@ -17,6 +17,7 @@ from engine.events import (
     EventBus,
     FleetStatus,
     GradingStarted,
+    RayStatus,
     SubmissionGraded,
 )
 
@@ -47,6 +48,7 @@ class ProgressDisplay:
         self.waiting = 0  # gradings waiting for one of the engine's grading slots
         self.last_line = ""
         self.fleet = ""
+        self.cluster = ""  # the Ray cluster (grading = "ray")
         self._live: Any = None
         bus.subscribe(self._on_event)
 
@@ -69,6 +71,8 @@ class ProgressDisplay:
                     f"{event.busy}/{event.slots} busy, {event.queued} queued on "
                     f"{event.up}/{event.hosts} hosts up"
                 )
+            case RayStatus():
+                self.cluster = event.summary
             case SubmissionGraded():
                 self.queue = max(0, self.queue - 1)
                 self.graded += 1
@@ -91,6 +95,8 @@ class ProgressDisplay:
         table.add_row("grading in flight", f"{self.queue} ({self.waiting} waiting for a slot)")
         if self.fleet:
             table.add_row("grading fleet", self.fleet)
+        if self.cluster:
+            table.add_row("ray cluster", self.cluster)
         if self.last_line:
             table.add_row("last", self.last_line)
         return table

@@ -302,7 +302,12 @@ class MkbApp(App[int]):
         if engine is None or self.engine_state == "idle":
             return None
         gate = engine.gate
-        return f"grading {gate.in_flight}/{gate.slots} busy, {gate.waiting} waiting"
+        line = f"grading {gate.in_flight}/{gate.slots} busy, {gate.waiting} waiting"
+        if engine.config.grading == "ray":  # the cluster: nodes, GPUs, graders, restarts
+            from engine.events import RayStatus
+
+            line += " · ray " + RayStatus.from_status("", engine.backend.status()).summary
+        return line
 
     def live_reply(self, attempt_id: int) -> LiveReply | None:
         """The reply the attempt's model is streaming (cleaned), until its step is stored."""

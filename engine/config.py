@@ -12,7 +12,7 @@ budget_minutes = 40
 max_submissions = 10
 sandbox = "local"                 # local | docker | modal | daytona | an import path
 unsafe_no_jail = false            # local only: run agents without the bubblewrap jail (UNSAFE)
-grading = "local"                 # local | http | harbor (| simulated, for tests)
+grading = "local"                 # local | http | harbor | ray (| simulated, for tests)
 agent = "terminus-2"              # terminus-2 (| simulated: instant fake agents, for tests)
 
 [[models]]
@@ -26,6 +26,10 @@ sandboxes = 4                     # attempts running at once
 attempts_per_model = 2            # attempts of one model running at once
 grading_slots = 1                 # evaluations at once (one per GPU); feedback before finals
 # llm_calls_per_model = 1         # model calls in flight per model (default: no extra limit)
+
+[grading]
+gpu = "auto"                      # b200 | h200 | h100 | auto: what the grading host reports
+final_repeats = 1                 # gradings of each passing final, spread in time (median scores)
 
 [retry]
 rerun_failed = true               # rerun attempts that ended in an infrastructure failure
@@ -56,10 +60,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.grading.judge.kernel_audit import MODES as KERNEL_AUDIT_MODES
+from engine import grading_table
+from engine.grading import options as contract_options
+from engine.grading.backends import ray_options
 
 KNOWN_SANDBOXES = ("local", "docker", "modal", "daytona")
-KNOWN_GRADING = ("local", "http", "harbor", "simulated")
+KNOWN_GRADING = ("local", "http", "harbor", "ray", "simulated")
 KNOWN_AGENTS = ("terminus-2", "simulated")
 DSLS = ("cute", "tirx")
 DIRECTIONS = ("cute->tirx", "tirx->cute")
@@ -120,6 +126,8 @@ class ExperimentConfig:
     unsafe_no_jail: bool = False  # local sandbox without the agent jail (recorded per attempt)
     grading: str = "local"
     grading_options: dict[str, Any] = field(default_factory=dict)
+    gpu: str = "auto"  # [grading] gpu: b200 | h200 | h100 | auto (problems/targets.py)
+    final_repeats: int = 1  # [grading] final_repeats: gradings of each passing final
     concurrency: Concurrency = Concurrency()
     rerun_failed: bool = True
     max_tries: int = 3
@@ -316,18 +324,11 @@ def _parse_runtime(exp: dict[str, Any], data: dict[str, Any], path: str) -> dict
     _expect(isinstance(sandbox_options, dict), f"{path} [sandbox]", "must be a table")
     _expect(isinstance(grading_options, dict), f"{path} [grading]", "must be a table")
     # options of the grading contract itself (EvalConfig); an http grader takes its own
-    contract_options = (
-        ("kernel_audit", lambda v: v in KERNEL_AUDIT_MODES, f"must be one of {KERNEL_AUDIT_MODES}"),
-        ("warm_calls", lambda v: isinstance(v, bool), "must be true/false"),
-    )
-    for key, valid, requirement in contract_options:
-        if key in grading_options:
-            where = f"{path} [grading].{key}"
-            flag = "--" + key.replace("_", "-")
-            _expect(grading in ("local", "harbor"), where,
-                    "applies to local and harbor grading (an http grader sets its own "
-                    f"with mkb grader serve {flag})")
-            _expect(valid(grading_options[key]), where, requirement)
+    contract_options.check_config(grading_options, grading, f"{path} [grading]", _expect)
+    grading_table.check_keys(grading_options, grading, f"{path} [grading]", _expect,
+                             contract_options.config_keys())
+    if grading == "ray":  # [grading.ray]; Ray itself must be installed
+        ray_options.check_table(grading_options.get("ray"), f"{path} [grading.ray]", _expect)
     return {
         "agent": agent,
         "agent_options": dict(agent_options),
@@ -335,8 +336,25 @@ def _parse_runtime(exp: dict[str, Any], data: dict[str, Any], path: str) -> dict
         "sandbox_options": dict(sandbox_options),
         "unsafe_no_jail": unsafe_no_jail,
         "grading": grading,
-        "grading_options": dict(grading_options),
+        "grading_options": {
+            k: v for k, v in grading_options.items() if k not in grading_table.ENGINE_KEYS
+        },
+        "final_repeats": grading_table.final_repeats(grading_options, f"{path} [grading]", _expect),
+        "gpu": _parse_gpu(grading_options, grading, path),
     }
+
+
+def _parse_gpu(grading_options: dict[str, Any], grading: str, path: str) -> str:
+    """``[grading] gpu``: the grading GPU (``auto``: what the grading host reports)."""
+    from problems.targets import GPU_SETTINGS
+
+    gpu = grading_options.get("gpu", "auto")
+    where = f"{path} [grading].gpu"
+    _expect(gpu in GPU_SETTINGS, where, f"must be one of {', '.join(GPU_SETTINGS)}")
+    _expect(gpu != "auto" or grading != "harbor", where,
+            "harbor grading cannot report its GPU before the first evaluation: name it "
+            '(gpu = "b200", "h200" or "h100")')
+    return str(gpu)
 
 
 def _parse_concurrency(conc: Any, path: str) -> Concurrency:

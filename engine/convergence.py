@@ -15,6 +15,7 @@ from engine.comparisons import comparison_key
 from engine.config import ExperimentConfig
 from engine.plan import Plan, PlanNode
 from engine.retry import RetryPolicy
+from problems.targets import DEFAULT_GPU, concrete_gpu
 from storage import queries, run_locks, writes
 
 CONTRACT_VERSION = "mkb-contract-1"
@@ -22,7 +23,8 @@ STOPPED_WHILE_RUNNING = "the engine stopped while this attempt ran"
 
 
 def task_hash(node: PlanNode, config: ExperimentConfig) -> str:
-    """Identity of the task variant an attempt ran on (problem file, DSL, budget, contract)."""
+    """Identity of the task variant an attempt ran on (problem file, DSL, budget, contract,
+    grading GPU: a change of target makes finished attempts stale)."""
     from problems.registry import get
 
     problem = get(node.problem_id)
@@ -31,6 +33,8 @@ def task_hash(node: PlanNode, config: ExperimentConfig) -> str:
     h.update(
         f"|{node.dsl}|{config.budget_minutes}|{config.max_submissions}|{CONTRACT_VERSION}".encode()
     )
+    if (gpu := concrete_gpu(config.gpu)) != DEFAULT_GPU:  # H200 hashes stay as they were
+        h.update(f"|gpu={gpu}".encode())
     return h.hexdigest()[:16]
 
 
@@ -66,6 +70,7 @@ def prepare(
         config_toml=config.source_text,
         preview=preview,
         grading_backend=config.grading,
+        gpu=concrete_gpu(config.gpu),
     )
     ids: dict[str, int] = {}
     for node in plan.nodes:

@@ -158,6 +158,50 @@ class FleetStatus(Event):
     errors: dict[str, str] = field(default_factory=dict)
 
 
+@kind("ray_status", Area.ENGINE, Row.LIVE)
+@dataclass(frozen=True)
+class RayStatus(Event):
+    """The Ray cluster that grades (``grading = "ray"``): nodes, GPUs, graders, queue."""
+
+    nodes: int = 0
+    gpus: float = 0.0
+    graders: int = 0
+    up: int = 0
+    busy: int = 0
+    queued: int = 0
+    completed: int = 0
+    restarts: int = 0
+    requeued: int = 0
+    duplicates: int = 0
+
+    @classmethod
+    def from_status(cls, experiment_id: str, status: dict[str, Any]) -> RayStatus:
+        """From the backend's ``status()`` (unknown keys ignored)."""
+        known = {f.name for f in fields(cls)} - {"experiment_id", "attempt_id"}
+        return cls(experiment_id, **{k: v for k, v in status.items() if k in known})
+
+    @property
+    def summary(self) -> str:
+        """One line for the progress display and the TUI."""
+        return (
+            f"{self.busy}/{self.graders} graders busy ({self.up} up), {self.queued} queued, "
+            f"{self.nodes} nodes, {self.gpus:g} GPUs, {self.restarts} restarts, "
+            f"{self.requeued} requeued, {self.duplicates} duplicates dropped"
+        )
+
+
+@kind("grading_duplicate", Area.ENGINE, Row.PUBLISH)
+@dataclass(frozen=True)
+class GradingDuplicate(Event):
+    """A second result for a grading job that has one (a restarted grader's retry): dropped."""
+
+    job_id: str = ""
+    dispatch: int = 0
+    kept_dispatch: int = 0
+    worker: str = ""
+    verdict: str = ""
+
+
 # -- an attempt's lifecycle --------------------------------------------------------------------
 @kind("attempt_started", Area.ATTEMPTS, Row.PUBLISH)
 @dataclass(frozen=True)
@@ -272,6 +316,16 @@ class SubmissionGraded(Event):
     purpose: str = "submission"
     verdict: str = ""
     speedup: float | None = None
+
+
+@kind("final_repeat_graded", Area.ATTEMPTS, Row.PUBLISH)
+@dataclass(frozen=True)
+class FinalRepeatGraded(Event):
+    """A repeated final evaluation (``engine/final_repeats.py``): repeat ≥ 2 of one attempt."""
+
+    repeat: int = 0
+    verdict: str = ""
+    runtime_ms: float | None = None
 
 
 @kind("comparison_updated", Area.COMPARISONS, Row.WRITE)

@@ -24,7 +24,7 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
     if config.grading == "simulated":
         from engine.standins.simulated import SimulatedBackend
 
-        return SimulatedBackend()
+        return SimulatedBackend(**options)  # e.g. noise_cv: runtime noise per problem
     from engine.grading.options import EvalConfig
 
     eval_config = EvalConfig(
@@ -41,9 +41,27 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         from engine.grading.backends.fleet import FleetBackend
 
         return FleetBackend(**options)
+    if config.grading == "ray":
+        return _ray_backend(options.get("ray"), eval_config)
     from engine.grading.backends.harbor import HarborBackend, HarborConfig
 
     return HarborBackend(HarborConfig(**options), eval_config)
+
+
+def _ray_backend(table: Any, eval_config: Any) -> GradingBackend:
+    """One grader actor per GPU of a Ray cluster, grading with the local backend's warm slot
+    (or, with ``grader = "simulated"``, the stand-in simulated grading; tests, benchmarks)."""
+    from engine.grading.backends.ray import RayBackend
+    from engine.grading.backends.ray_actor import GraderBuilder, LocalGrader
+    from engine.grading.backends.ray_options import from_table
+
+    options, grader, (low, high) = from_table(table)
+    builder: GraderBuilder = LocalGrader(eval_config)
+    if grader == "simulated":
+        from engine.standins.ray_grader import SimulatedGrader
+
+        builder = SimulatedGrader(low, high)
+    return RayBackend(options, builder)
 
 
 class Terminus2Runner:

@@ -18,6 +18,7 @@ from engine.attempts.spec import AttemptId
 from engine.events import (
     AttemptNote,
     FeedbackReturned,
+    GradingDuplicate,
     GradingStarted,
     ModelReplyStreamed,
     Publisher,
@@ -29,6 +30,7 @@ from engine.events import (
 )
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.gate import GradingGate
+from engine.grading.backends.ledger import JOB_KEY, Duplicate
 from storage import writes
 
 _ANALYSIS = re.compile(r"(?s)^\s*Analysis:\s*(.*?)(?:\n\s*Plan:\s*(.*))?$")
@@ -159,6 +161,18 @@ class StoreObserver:
         return None  # the scheduler records the outcome with the attempt row
 
 
+def _duplicate_hook(backend: Any) -> Any:
+    """The ``attach_duplicate_sink`` of ``backend`` or of a backend it wraps (``.inner``)."""
+    for _ in range(8):
+        if backend is None:
+            return None
+        attach = getattr(backend, "attach_duplicate_sink", None)
+        if attach is not None:
+            return attach
+        backend = getattr(backend, "inner", None)
+    return None
+
+
 class RecordingBackend:
     """One attempt's view of the grading backend: each call is one recorded grading job."""
 
@@ -183,6 +197,9 @@ class RecordingBackend:
         self._counters: dict[str, int] = {"submission": 0, "final": 0}
         self._unfinished: dict[tuple[str, str, str], tuple[int, int]] = {}
         self.last_final: Feedback | None = None
+        attach = _duplicate_hook(inner)
+        if attach is not None:  # a backend that may run a job twice (ray) reports duplicates
+            attach(self._record_duplicate)
 
     async def _submission(self, purpose: str, request: GradeRequest) -> tuple[int, int]:
         """(n, submission id): a new submission row, or the one whose grading failed before
@@ -213,7 +230,11 @@ class RecordingBackend:
         )
         try:
             async with self.gate.slot(purpose):
-                feedback = await self.inner.grade(request)
+                job_key = JOB_KEY.set(str(job_id))  # the job's id keys the backend's ledger
+                try:
+                    feedback = await self.inner.grade(request)
+                finally:
+                    JOB_KEY.reset(job_key)
         except Exception as exc:  # noqa: BLE001 - a broken backend is an infrastructure error
             feedback = Feedback(
                 verdict="error", reason="crash", message=f"{type(exc).__name__}: {exc}"
@@ -237,6 +258,19 @@ class RecordingBackend:
         if purpose == "final":
             self.last_final = feedback
         return feedback
+
+    async def _record_duplicate(self, duplicate: Duplicate) -> None:
+        """A second result for a job already graded: on record (an event row), then dropped."""
+        await self.publisher.publish(
+            GradingDuplicate(
+                self.experiment_id,
+                job_id=duplicate.key,
+                dispatch=duplicate.dispatch,
+                kept_dispatch=duplicate.delivered_dispatch,
+                worker=duplicate.worker,
+                verdict=duplicate.verdict,
+            )
+        )
 
     async def close(self) -> None:
         return None

@@ -59,12 +59,14 @@ from engine.events import (
     RunLockTakenOver,
     StaleAttempts,
 )
+from engine.final_repeats import FinalRepeats
 from engine.grading.api import GradingBackend
 from engine.grading.backends.gate import GradingGate
 from engine.plan import Plan, PlanNode, build_plan
 from engine.recording import RecordingBackend, StoreObserver
 from engine.retry import RetryPolicy
 from engine.slots import Slots
+from engine.targets import resolve_experiment_gpu
 from storage import queries, run_locks, writes
 from storage.db import now
 from storage.store import Store
@@ -134,6 +136,11 @@ class Engine:
         self._stopping = False
         self._stop_requested = asyncio.Event()  # wakes the scheduling loop at once
         self.gate = GradingGate(config.concurrency.grading_slots)
+        self.repeats = FinalRepeats(  # [grading] final_repeats: repeated finals, interleaved
+            publisher=self.publisher, backend=backend, gate=self.gate, retry=self.retry,
+            experiment_id=config.id, repeats=config.final_repeats, plan=self.plan,
+            ids=lambda: self.ids,
+        )
         # the run lock: this engine's token, what the lock row shows, how it is kept fresh
         self.claim = RunLockClaim(
             uuid.uuid4().hex,
@@ -173,8 +180,11 @@ class Engine:
         """Run the experiment to its end, holding its run lock throughout.
 
         Raises :class:`~storage.run_locks.ExperimentBusyError`, having changed nothing, when
-        another live engine runs the same experiment.
+        another live engine runs the same experiment, and
+        :class:`~problems.targets.TargetMismatchError`, having written nothing, when the
+        grading host contradicts ``[grading] gpu`` (``auto`` becomes the host's GPU here).
         """
+        self.config = await resolve_experiment_gpu(self.config, self.backend)
         run_locks.register_owner(self.owner)
         try:
             self.ids = await self.store.write(self._prepare)
@@ -254,7 +264,8 @@ class Engine:
         counts = {"ran": 0, "skipped": 0}
         interrupted = False
         try:
-            await self._schedule(todo.keys, slots, counts)
+            schedule = self._schedule(todo.keys, slots, counts)
+            await self.repeats.run_with(schedule, lambda: bool(slots.running), self._stop_requested)
         except asyncio.CancelledError:
             interrupted = True
             raise
@@ -403,7 +414,7 @@ class Engine:
         attempt_id = spec.attempt_id
         observer = StoreObserver(self.publisher, self.config.id, attempt_id, spec.try_number)
         backend = RecordingBackend(
-            self.backend,
+            self.repeats.ticker,  # the backend, counting gradings for the repeats' order
             self.publisher,
             experiment_id=self.config.id,
             attempt_id=attempt_id,
@@ -472,6 +483,8 @@ class Engine:
             verdict=verdict,
             reason=reason,
         )
+        if state == "finished":
+            await self.repeats.add(attempt_id)  # repeat 1; queues repeats 2..R
         if verdict == "preview" and not self.preview:
             # graded without a GPU: the whole experiment is a PREVIEW, never scored
             self.preview = True

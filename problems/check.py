@@ -1,6 +1,8 @@
 """Validate problem modules: anchoring, declarations, discrimination, mutants, determinism.
 
-Run ``python -m problems.check [IDS...] [--device cpu|cuda] [--scale smoke|full] [--json]``.
+Run ``python -m problems.check [IDS...] [--device cpu|cuda] [--scale smoke|full] [--json]``;
+with ``--gpu b200|h200|h100`` it reports instead each problem's memory need and SOL on that
+grading GPU, from shapes (:mod:`problems.check_target`).
 IDS are ids (``p28``), numbers, slugs, glob patterns or paths to problem files; none means
 the whole catalog. Each problem gets named checks (see :data:`CHECK_NAMES`); the exit status
 is 1 when any problem fails.
@@ -397,8 +399,33 @@ def options_from_args(args: argparse.Namespace) -> CheckOptions:
     )
 
 
+def run_target_check(args: argparse.Namespace) -> int:
+    """``--gpu``: memory need and SOL per problem on one grading GPU (exit 1: one does not fit)."""
+    from problems.check_target import check_target, format_row, summary
+    from problems.targets import target
+
+    gpu = target(args.gpu)
+    selection = select(args.ids, args.family)
+    for report in selection.load_errors:
+        print(format_report(report), flush=True)
+
+    def progress(row: Any) -> None:
+        if not args.json:
+            print(format_row(row), flush=True)
+
+    rows = check_target(selection.problems, gpu, args.scale, progress)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+    else:
+        print(summary(rows, gpu, args.scale))
+    bad = selection.load_errors or any(r.fits is False for r in rows)
+    return 1 if bad else 0
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Select, check and print; returns the exit status (0 all pass, 1 any failure)."""
+    if getattr(args, "gpu", None):
+        return run_target_check(args)
     opts = options_from_args(args)
     selection = select(args.ids, args.family)
 

@@ -23,6 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on cuda, check every problem in this process (default: one child per problem)",
     )
     parser.add_argument(
+        "--gpu",
+        choices=("b200", "h200", "h100"),
+        default=None,
+        help="instead of the draws: each problem's memory need and SOL on this grading GPU, "
+        "from shapes (no GPU needed); exit 1 when one does not fit",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=1,

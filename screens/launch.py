@@ -205,12 +205,17 @@ class LaunchScreen(PagedScreen):
 
     @work(exclusive=True, group="launch-preview", exit_on_error=False)
     async def preview(self) -> None:
+        from engine.analysis.power_store import expected_power
+
         try:
-            text = await asyncio.to_thread(plan_preview, self.narrowed())
+            config = self.narrowed()
+            text = await asyncio.to_thread(plan_preview, config)
         except ValueError as exc:
             self.show_error(str(exc))
             return
-        self.query_one("#plan-preview", Static).update(Text(text))
+        power = await host(self).read(expected_power, config)  # from a pilot in this store
+        counts, _, attempts = text.partition("\n")
+        self.query_one("#plan-preview", Static).update(Text(f"{counts}\n{power}\n{attempts}"))
 
     @on(Button.Pressed, "#start")
     def action_start(self) -> None:

@@ -33,6 +33,15 @@ from screens.lift_cells import (
     solo_cells,
     tier_cells,
 )
+from screens.lift_noise import (
+    BAND_COLUMNS,
+    NOISE_COLUMNS,
+    NOISE_HELP,
+    band_cells,
+    band_rows,
+    noise_cells,
+    noise_rows,
+)
 from screens.plots import PlotPanel, forest_caption, forest_rows
 
 __all__ = ["ComparisonListScreen", "LiftScreen", "compute_report"]
@@ -69,13 +78,14 @@ class LiftScreen(LiveScreen):
     CSS_PATH = "lift.tcss"
     MODE = "lift"
     HELP = RHO_HELP + (
-        " enter on a lift row lists the comparisons behind it; l / s / t switch tabs; p "
-        "plots ρ̄ and its 95% CI per lift row (log₂ axis, a line at ρ = 1)."
-    )
+        " enter on a lift row lists the comparisons behind it; l / s / t / n switch tabs; p "
+        "plots ρ̄ and its 95% CI per lift row (log₂ axis, a line at ρ = 1). "
+    ) + NOISE_HELP
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "tab('lift-tab')", "Lift", id="lift.tab_lift"),
         Binding("s", "tab('solo-tab')", "Solo", id="lift.tab_solo"),
         Binding("t", "tab('tiers-tab')", "Tiers", id="lift.tab_tiers"),
+        Binding("n", "tab('noise-tab')", "Noise", id="lift.tab_noise"),
         Binding("p", "tab('plot-tab')", "Plot", id="lift.tab_plot"),
         Binding("r", "refresh", "Recompute", id="lift.refresh"),
     ]
@@ -83,6 +93,7 @@ class LiftScreen(LiveScreen):
     def __init__(self) -> None:
         super().__init__()
         self.report: dict[str, Any] | None = None
+        self._noise_filled = False  # the Noise tab shows the current report
 
     def compose(self) -> ComposeResult:
         yield AppBar()
@@ -95,6 +106,9 @@ class LiftScreen(LiveScreen):
             with TabPane("Tiers", id="tiers-tab"):
                 yield DataTable(id="tiers-table", cursor_type="row", zebra_stripes=True)
                 yield DataTable(id="tier-grid-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("Noise", id="noise-tab"):
+                yield DataTable(id="noise-table", cursor_type="row", zebra_stripes=True)
+                yield DataTable(id="band-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Plot", id="plot-tab"), VerticalScroll(id="forest-scroll"):
                 yield PlotPanel(id="forest-plot")
         yield Static(RHO_NOTE, id="lift-note", markup=False)
@@ -144,6 +158,8 @@ class LiftScreen(LiveScreen):
             self.show_forest(None)
             return
         label = Text(f"experiment {exp} · ")
+        if gpu := (report.get("experiment") or {}).get("gpu"):
+            label.append(f"graded on {gpu} · ")
         if report["preview"]:
             label.append(
                 "PREVIEW (CPU grading, not scored, not comparable)", style="bold reverse yellow"
@@ -170,7 +186,25 @@ class LiftScreen(LiveScreen):
             tiers["by_solo_and_source_tier"],
             lambda r, c: tier_cells("solo_tier", "source_tier", r, c),
         )
+        self._noise_filled = False
+        self.show_noise()
         self.show_forest(report)
+
+    @on(TabbedContent.TabActivated, "#lift-tabs")
+    def show_noise(self) -> None:
+        """Fill the Noise tab when it is shown (a hidden tab costs a redraw nothing): its
+        lift rows now, the bands table on the next frame, so neither blocks the UI long."""
+        report = self.report
+        tabs = self.query_one(TabbedContent)
+        if report is None or self._noise_filled or tabs.active != "noise-tab":
+            return
+        self._noise_filled = True
+        preview = bool(report["preview"])
+        self._fill("noise-table", NOISE_COLUMNS, noise_rows(report),
+                   lambda r, c: noise_cells(r, c, preview))
+        self.call_after_refresh(
+            self._fill, "band-table", BAND_COLUMNS, band_rows(report), band_cells
+        )
 
     def show_forest(self, report: dict[str, Any] | None) -> None:
         """ρ̄ and its interval per lift row; taller than the tab, it scrolls."""

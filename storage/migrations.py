@@ -247,3 +247,72 @@ def m004_index_attempts_by_experiment(db: Database) -> None:
     100 OFFSET n`` within an experiment) walks this index instead of sorting every attempt
     of the experiment (a filtered page read 8 → 4 ms, a deep page 15 → 3 ms at 10,000)."""
     db.execute("CREATE INDEX attempts_experiment ON attempts(experiment_id)")
+
+
+@migrations()
+def m005_add_experiment_origin(db: Database) -> None:
+    """Where an experiment came from (``origin``: empty for a run of this store, else
+    ``bundle:<sha256>``, ``regrade:<sha256>``, ``mkb-run:<dir>`` or ``harbor-job:<dir>``) and
+    the reports written about it (``experiment_reports``: an import's unknown records, a
+    re-grade's agreement report), one JSON document per row (``storage/provenance.py``)."""
+    db.execute("ALTER TABLE experiments ADD COLUMN origin TEXT NOT NULL DEFAULT ''")
+    db.execute(
+        """
+        CREATE TABLE experiment_reports (
+            id INTEGER PRIMARY KEY,
+            experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+            kind TEXT NOT NULL CHECK (kind IN ('import', 'regrade', 'bundle')),
+            payload_json TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE INDEX experiment_reports_experiment ON experiment_reports(experiment_id, id)"
+    )
+
+
+@migrations()
+def m006_add_experiment_gpu(db: Database) -> None:
+    """The GPU an experiment is graded on (``[grading] gpu`` made concrete: ``b200``, ``h200``
+    or ``h100``; ``problems/targets.py``); rows from before it say ``h200``, the only GPU
+    graded on until then."""
+    db.execute("ALTER TABLE experiments ADD COLUMN gpu TEXT NOT NULL DEFAULT 'h200'")
+
+
+@migrations()
+def m007_create_timing_repeats(db: Database) -> None:
+    """Repeated gradings of one unchanged file (``storage/repeats.py``): an attempt's repeated
+    finals (``series`` = ``final:<attempt id>:<try>``, repeat 1 being its final evaluation) and
+    ``mkb noise`` runs (``noise:<id>``), one row per grading, unique per series and repeat so a
+    resumed run never grades a stored repeat again. The A/A bands per problem and grading host
+    (``host``: the grading machine and its device) are pooled from them
+    (``engine/analysis/noise.py``)."""
+    db.executescript(
+        f"""
+        CREATE TABLE timing_repeats (
+            id INTEGER PRIMARY KEY,
+            series TEXT NOT NULL,
+            repeat INTEGER NOT NULL CHECK (repeat >= 1),
+            kind TEXT NOT NULL {_enum("kind", ("final", "noise"))},
+            experiment_id TEXT REFERENCES experiments(id) ON DELETE CASCADE,
+            attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
+            problem_id TEXT NOT NULL,
+            dsl TEXT NOT NULL,
+            source_hash TEXT NOT NULL,
+            host TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL DEFAULT 'running' {_enum("state", ("running", "done", "error"))},
+            verdict TEXT {_enum("verdict", VERDICTS, nullable=True)},
+            reason TEXT,
+            impl_median_ms REAL,
+            eager_median_ms REAL,
+            speedup REAL,
+            feedback_json TEXT,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            UNIQUE (series, repeat)
+        );
+        CREATE INDEX timing_repeats_problem ON timing_repeats(problem_id, host);
+        CREATE INDEX timing_repeats_attempt ON timing_repeats(attempt_id);
+        """
+    )

@@ -29,6 +29,8 @@ class ExperimentRow:
     config_hash: str
     created_at: str
     updated_at: str
+    origin: str = ""  # "" a run of this store; else bundle:/regrade:/mkb-run:/harbor-job:...
+    gpu: str = "h200"  # the grading target: b200 | h200 | h100 (problems/targets.py)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ __all__ = [
     "ensure_attempt",
     "ensure_edited_skill",
     "finish_grading_job",
+    "interrupt_running_gradings",
     "interrupt_active",
     "mark_experiment_preview",
     "set_experiment_state",
@@ -74,20 +75,23 @@ def create_experiment(
     config_toml: str = "",
     preview: bool = False,
     grading_backend: str = "local",
+    gpu: str = "h200",
 ) -> None:
-    """Create the experiment row, or refresh its config if it exists (runs are convergent)."""
+    """Create the experiment row, or refresh its config if it exists (runs are convergent);
+    ``gpu`` is the grading target it is graded on (``problems/targets.py``)."""
     stamp = now()
     existing = db.execute("SELECT 1 FROM experiments WHERE id = ?", [experiment_id]).fetchone()
     if existing:
         db.execute(
             "UPDATE experiments SET name=?, config_toml=?, config_hash=?, preview=?, "
-            "grading_backend=?, updated_at=? WHERE id=?",
+            "grading_backend=?, gpu=?, updated_at=? WHERE id=?",
             [
                 name,
                 config_toml,
                 text_hash(config_toml),
                 int(preview),
                 grading_backend,
+                gpu,
                 stamp,
                 experiment_id,
             ],
@@ -102,6 +106,7 @@ def create_experiment(
             "state": "planned",
             "preview": int(preview),
             "grading_backend": grading_backend,
+            "gpu": gpu,
             "created_at": stamp,
             "updated_at": stamp,
         }
@@ -364,6 +369,25 @@ def finish_grading_job(
         },
         attempt_id=attempt_id,
     )
+
+
+def interrupt_running_gradings(db: Database, experiment_id: str, error: str) -> int:
+    """Close the experiment's gradings left running by a process that stopped (state error,
+    ``error`` says why) and queue their submissions again; returns how many."""
+    subs = (
+        "SELECT s.id FROM submissions s JOIN attempts a ON a.id = s.attempt_id "
+        "WHERE a.experiment_id = ?"
+    )
+    cur = db.execute(
+        f"UPDATE grading_jobs SET state='error', error=?, finished_at=? "
+        f"WHERE state='running' AND submission_id IN ({subs})",
+        [error, now(), experiment_id],
+    )
+    db.execute(
+        f"UPDATE submissions SET state='queued' WHERE state='running' AND id IN ({subs})",
+        [experiment_id],
+    )
+    return cur.rowcount
 
 
 def upsert_comparison(db: Database, experiment_id: str, **fields: Any) -> None:

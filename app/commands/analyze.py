@@ -24,22 +24,31 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--draws", type=int, default=20_000,
                         help="sign-flip permutation draws (default 20000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                        help="two experiments of the store side by side (e.g. one and its "
+                             "re-grade): the paper's tables of each, as text or --json")
+    parser.add_argument("--time", default="e2e", metavar="SOURCE",
+                        help="the runtime the tables and noise bands use: e2e, the contract's "
+                        "end-to-end median (default; docs/analysis.md)")
     parser.set_defaults(func=run)
 
 
 def load_inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
     """The outcomes (file or store) and, from the store, the experiment's rubric views."""
     from app.errors import UsageError
+    from engine.analysis.noise import TIME_SOURCES
     from engine.analysis.outcomes import OutcomeError, from_store, load_jsonl
     from engine.rubric.views import report as rubric_report
     from storage.db import StorageError, open_db
 
+    if args.time not in TIME_SOURCES:
+        raise UsageError(f"--time must be one of {', '.join(TIME_SOURCES)} (got {args.time!r})")
     try:
         if args.outcomes:
             return load_jsonl(args.outcomes), None
         db = open_db(args.db, readonly=True)
         try:
-            outcomes = from_store(db, args.experiment)
+            outcomes = from_store(db, args.experiment, time=args.time)
             exp = outcomes.experiment_id
             return outcomes, None if exp is None else rubric_report(db, experiment_id=exp)
         finally:
@@ -71,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.draws < 1:
         raise UsageError("--draws must be at least 1")
+    if args.compare:
+        from app.commands._compare import run_compare
+
+        return run_compare(args)
     outcomes, rubric = load_inputs(args)
     report = analyze(outcomes, AnalysisOptions(permutation_draws=args.draws, seed=args.seed,
                                                fail_flags=tuple(args.fail_flag)))

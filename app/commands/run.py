@@ -110,6 +110,7 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
     from engine.events import EventBus, FleetStatus
     from engine.factory import make_backend, make_runner
     from engine.scheduler import Engine
+    from problems.targets import TargetMismatchError
     from storage.run_locks import ExperimentBusyError
 
     bus = EventBus()
@@ -129,6 +130,18 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
 
             monitor = FleetMonitor(backend, 5.0, publish)  # type: ignore[arg-type]
             monitor.start()
+        if config.grading == "ray":  # nodes, GPUs, graders busy, queue depth, restarts
+            from engine.events import RayStatus
+            from engine.grading.backends.ray import RayUnavailable
+
+            backend.status_sink = lambda status: bus.notify(  # type: ignore[attr-defined]
+                RayStatus.from_status(config.id, status)
+            )
+            try:  # connect before the first attempt: a wrong address or token stops here
+                await backend.start()  # type: ignore[attr-defined]
+            except RayUnavailable as exc:
+                await backend.close()
+                raise UsageError(str(exc)) from exc
         try:
             return await engine.run()
         finally:
@@ -148,7 +161,7 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
               file=sys.stderr)
         store.close()
         return 130
-    except ExperimentBusyError as exc:  # another engine runs it: nothing was changed
+    except (ExperimentBusyError, TargetMismatchError) as exc:  # nothing was changed
         store.close()
         raise UsageError(str(exc)) from exc
     store.close()

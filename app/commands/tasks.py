@@ -8,6 +8,8 @@ from pathlib import Path
 from app.errors import UsageError
 
 DEFAULT_OUT = "mkb-data/tasks"
+GPUS = ("b200", "h200", "h100")  # problems/targets.py (kept literal: mkb --help stays fast)
+DEFAULT_GPU = "h200"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--budget-min", type=int, default=40, help="agent budget in minutes")
     build.add_argument("--max-submissions", type=int, default=10)
     build.add_argument(
+        "--gpu",
+        choices=GPUS,
+        default=DEFAULT_GPU,
+        help=f"the grading GPU the task names (its arch: b200 sm_100a, h200/h100 sm_90a; "
+        f"default {DEFAULT_GPU})",
+    )
+    build.add_argument(
         "--solution",
         type=Path,
         default=None,
@@ -44,16 +53,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Upstream guide pages at the pinned DSL versions: listed from the local "
         "cache, or downloaded into it with --fetch (needs a network; failures are reported).",
     )
-    guides.add_argument("--dsl", choices=["cute", "tirx"], action="append",
-                        help="only this DSL (repeatable; default: both)")
+    guides.add_argument(
+        "--dsl",
+        choices=["cute", "tirx"],
+        action="append",
+        help="only this DSL (repeatable; default: both)",
+    )
     guides.add_argument("--fetch", action="store_true", help="download missing pages")
     guides.add_argument("--refresh", action="store_true", help="with --fetch: download all again")
-    guides.add_argument("--base-url", default=None,
-                        help="raw-file server (default $MKB_GUIDES_BASE_URL or GitHub's)")
+    guides.add_argument(
+        "--base-url",
+        default=None,
+        help="raw-file server (default $MKB_GUIDES_BASE_URL or GitHub's)",
+    )
     guides.set_defaults(func=guides_handler)
 
     check = sub.add_parser("check", help="report task directories that are stale")
     check.add_argument("dirs", nargs="+", type=Path, help="built task directories")
+    check.add_argument(
+        "--gpu", choices=GPUS, default=None, help="also report tasks built for another grading GPU"
+    )
     check.set_defaults(func=check_handler)
 
 
@@ -82,6 +101,7 @@ def build_handler(args: argparse.Namespace) -> int:
                 budget_s=args.budget_min * 60,
                 max_submissions=args.max_submissions,
                 solution_source=solution,
+                gpu=args.gpu,
             )
             print(f"{built.path}  {built.inputs_sha256[:12]}")
     return 0
@@ -92,7 +112,7 @@ def check_handler(args: argparse.Namespace) -> int:
 
     stale = 0
     for folder in args.dirs:
-        reasons = staleness(folder)
+        reasons = staleness(folder, args.gpu)
         if reasons:
             stale += 1
             print(f"{folder}: STALE: {'; '.join(reasons)}")
@@ -112,8 +132,10 @@ def guides_handler(args: argparse.Namespace) -> int:
             report = asyncio.run(
                 guides.fetch_guides(dsl, base_url=args.base_url, refresh=args.refresh)
             )
-            print(f"{dsl} {report.tag}: {len(report.fetched)} fetched, {len(report.cached)} "
-                  f"already cached, {len(report.failed)} failed ({report.source})")
+            print(
+                f"{dsl} {report.tag}: {len(report.fetched)} fetched, {len(report.cached)} "
+                f"already cached, {len(report.failed)} failed ({report.source})"
+            )
             for page, why in report.failed.items():
                 print(f"  failed {page}: {why}")
         cached = guides.cached_guides(dsl)

@@ -9,7 +9,9 @@ One row per attempt::
 For a ``skill`` row, ``dsl`` is the target DSL. ``skill_blank`` is meaningful on solo rows: a
 missing or blank skill makes the reverse-direction treatment skipped. Optional keys:
 ``flags`` (list of strings, for exclusion rules), ``sol_ms`` (the problem's speed of light on
-the grading GPU), ``tokens``, ``cost_usd``, ``agent_seconds``. From the store, ``flags`` and
+the grading GPU), ``tokens``, ``cost_usd``, ``agent_seconds``, ``runtime_repeats_ms`` (the
+passing runtimes of repeated final gradings, whose median is ``runtime_ms``) and ``host`` (the
+grading host, for the noise bands: docs/analysis.md). From the store, ``flags`` and
 ``sol_ms`` come from each attempt's final evaluation (e.g. ``sol.faster_than_sol``).
 """
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.analysis.noise import Series
 from engine.analysis.paired import SPEEDUP_CAP
 from problems.sol import share_of_sol
 
@@ -52,6 +55,8 @@ class ScoredAttempt:
     agent_seconds: float = 0.0
     preview: bool = False
     sol_ms: float | None = None
+    repeats_ms: tuple[float, ...] = ()  # passing repeated finals' runtimes (median: runtime_ms)
+    host: str = ""  # the grading host (machine · device), for the A/A band of its problem
 
     @property
     def pct_of_sol(self) -> float | None:
@@ -72,6 +77,9 @@ class OutcomeSet:
     preview: bool = False  # computed from CPU preview verdicts: label every table PREVIEW
     experiment_id: str | None = None  # set when read from the store
     experiment_name: str | None = None
+    gpu: str | None = None  # the grading GPU, e.g. "NVIDIA B200 (Blackwell, sm_100a)"
+    series: list[Series] | None = None  # stored A/A series (None: from the rows' repeats)
+    time: str = "e2e"  # the runtime figure the rows carry (engine.analysis.noise.TIME_SOURCES)
 
 
 def _number(value: Any, where: str, key: str, *, allow_none: bool = True) -> float | None:
@@ -113,6 +121,12 @@ def parse_row(data: Any, where: str) -> ScoredAttempt:
     flags = data.get("flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise OutcomeError(f"{where}: flags must be a list of strings")
+    repeats = data.get("runtime_repeats_ms", [])
+    if not isinstance(repeats, list):
+        raise OutcomeError(f"{where}: runtime_repeats_ms must be a list of numbers")
+    host = data.get("host", "")
+    if not isinstance(host, str):
+        raise OutcomeError(f"{where}: host must be a string")
     return ScoredAttempt(
         model=data["model"],
         problem=data["problem"],
@@ -129,6 +143,11 @@ def parse_row(data: Any, where: str) -> ScoredAttempt:
         tokens=int(data.get("tokens") or 0),
         cost_usd=float(data.get("cost_usd") or 0.0),
         agent_seconds=float(data.get("agent_seconds") or 0.0),
+        repeats_ms=tuple(
+            float(_number(v, where, "runtime_repeats_ms[]", allow_none=False) or 0.0)
+            for v in repeats
+        ),
+        host=host,
     )
 
 
@@ -158,8 +177,11 @@ def load_jsonl(path: str | Path) -> OutcomeSet:
     return OutcomeSet(rows)
 
 
-def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
-    """The paper's four arms of an experiment (round 1, no variants) as outcome rows."""
+def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> OutcomeSet:
+    """The paper's four arms of an experiment (round 1, no variants) as outcome rows, with
+    their repeated finals and the stored A/A series of their problems (``time``: the runtime
+    figure, ``engine.analysis.noise.TIME_SOURCES``)."""
+    from engine.analysis.noise_store import attach_repeats
     from storage import queries
 
     experiments = [e.id for e in queries.experiments(db)]
@@ -171,6 +193,7 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
     if exp is None:
         raise OutcomeError(f"no experiment {experiment_id!r} in the database")
     rows: list[ScoredAttempt] = []
+    attempt_ids: list[int] = []
     finals = queries.final_feedback(db, experiment_id)
     for a in queries.attempts_for_experiment(db, experiment_id):
         if a.variant or a.round > 1 or a.state not in ("finished", "failed"):
@@ -179,6 +202,7 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
         flags = final.get("flags") or []
         sol = final.get("sol_ms")
         solo = a.arm.startswith("solo")
+        attempt_ids.append(a.id)
         skill = queries.latest_skill(db, a.id)
         blank = skill is None or not skill.text.strip()
         rows.append(ScoredAttempt(
@@ -199,12 +223,24 @@ def from_store(db: Any, experiment_id: str | None = None) -> OutcomeSet:
             flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
             sol_ms=float(sol) if isinstance(sol, (int, float)) and sol > 0 else None,
         ))
+    rows, series = attach_repeats(db, experiment_id, rows, attempt_ids, time)
     return OutcomeSet(
         rows,
+        series=series,
+        time=time,
         preview=bool(exp.preview) or any(r.preview for r in rows),
         experiment_id=exp.id,
         experiment_name=exp.name,
+        gpu=_gpu_label(exp.gpu),
     )
+
+
+def _gpu_label(key: str) -> str:
+    """The stored grading target, described (an unknown key is shown as it is)."""
+    from problems.targets import TARGETS
+
+    known = TARGETS.get(key)
+    return known.describe() if known else key
 
 
 def to_jsonl(outcomes: OutcomeSet) -> str:
@@ -217,5 +253,6 @@ def to_jsonl(outcomes: OutcomeSet) -> str:
             "runtime_ms": r.runtime_ms, "ref_runtime_ms": r.ref_runtime_ms,
             "skill_blank": r.skill_blank, "flags": list(r.flags), "tokens": r.tokens,
             "cost_usd": r.cost_usd, "agent_seconds": r.agent_seconds, "sol_ms": r.sol_ms,
+            "runtime_repeats_ms": list(r.repeats_ms), "host": r.host,
         }))
     return "\n".join(lines) + ("\n" if lines else "")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.analysis import metrics, stats
+from engine.analysis import metrics, noise_lift, stats
 from engine.analysis.outcomes import OutcomeSet
 
 PREVIEW_LABEL = "PREVIEW (CPU grading, not scored, not comparable)"
@@ -33,12 +33,18 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
          "r2": s.r2, "pct_sol_median": s.pct_sol_median}
         for s in metrics.solo_metrics(rows)
     ]
+    bands = noise_lift.bands_of(outcomes)
+    noise_rows, calls = noise_lift.noise_lift_table(comps, bands)
     flag_counts: dict[str, int] = {}
     for r in outcomes.rows:
         for f in r.flags:
             flag_counts[f] = flag_counts.get(f, 0) + 1
     return {
-        "experiment": {"id": outcomes.experiment_id, "name": outcomes.experiment_name},
+        "experiment": {
+            "id": outcomes.experiment_id,
+            "name": outcomes.experiment_name,
+            "gpu": outcomes.gpu,
+        },
         "preview": outcomes.preview,
         "label": PREVIEW_LABEL if outcomes.preview else "scored",
         "exclusion": {"fail_flags": list(opts.fail_flags), "flags_seen": flag_counts},
@@ -72,9 +78,15 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
                 "verdict": c.verdict,
                 "skipped": c.skipped,
                 "standing": c.standing,
+                **noise_lift.comparison_fields(calls[id(c)]),
             }
             for c in comps
         ],
+        "noise": {
+            "time": outcomes.time,
+            "bands": [b.as_dict() for b in bands.values()],
+            "lift": noise_rows,
+        },
     }
 
 
@@ -102,6 +114,8 @@ def write_csv(report: dict[str, Any], directory: str | Path) -> list[Path]:
         "usage": report["usage"],
         "direction_correlation": report["tests"]["direction_correlation"],
         "bootstrap_delta_gm": report["tests"]["bootstrap_delta_gm"],
+        "noise_lift": report["noise"]["lift"],
+        "noise_bands": report["noise"]["bands"],
         **{f"tiers_{k}": v for k, v in report["tiers"].items()},
     }
     written = []

@@ -60,7 +60,8 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     """Which experiment, how it was graded, exclusion rules and coverage."""
     exp = report.get("experiment") or {}
     if exp.get("id"):
-        lines = [f"Experiment {exp.get('name') or '-'} (id {exp['id']})"]
+        graded = f", graded on {exp['gpu']}" if exp.get("gpu") else ""
+        lines = [f"Experiment {exp.get('name') or '-'} (id {exp['id']}){graded}"]
     else:
         lines = ["Experiment: none named (outcomes from a file, or an empty database)"]
     lines.append(
@@ -271,10 +272,13 @@ def usage_lines(report: dict[str, Any]) -> list[str]:
 
 def render_text(report: dict[str, Any]) -> str:
     """Every table of the report as plain text, the experiment named at the top."""
+    from engine.analysis.noise_text import noise_lines
+
     lines = header_lines(report)
     for section in (
         arm_lines,
         lift_lines,
+        noise_lines,
         best_family_lines,
         tier_lines,
         ladder_lines,

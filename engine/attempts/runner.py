@@ -97,6 +97,7 @@ async def run_attempt(
             source_skill=spec.source_skill if spec.is_transfer else None,
             source_dsl=spec.transfer_from,
             name=str(aid),
+            gpu=spec.gpu,
         )
     except Exception as exc:  # noqa: BLE001 - a bad spec ends the attempt cleanly
         outcome = AttemptOutcome(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.grading.api import Feedback
 from engine.retry import RetryPolicy
+from problems.targets import concrete_gpu
 
 if TYPE_CHECKING:
     from engine.config import ExperimentConfig, ModelConfig
@@ -81,6 +82,7 @@ class AttemptSpec:
     environment_import_path: str = LOCAL_NS_ENVIRONMENT
     environment_kwargs: dict[str, Any] = field(default_factory=dict)
     grading_device: str = "auto"
+    gpu: str = "h200"  # the grading target (problems/targets.py): the task names its arch
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     poll_interval_s: float = 0.5
     experiment_id: str = ""
@@ -129,6 +131,7 @@ def spec_for_node(
         transfer_from=("cute" if node.dsl == "tirx" else "tirx") if node.is_treatment else None,
         environment_import_path=SANDBOX_IMPORT_PATHS.get(config.sandbox, config.sandbox),
         environment_kwargs=sandbox_kwargs(config, config.sandbox_options),
+        gpu=concrete_gpu(config.gpu),
         retry=RetryPolicy.from_config(config),
         experiment_id=config.id,
         try_number=try_number,

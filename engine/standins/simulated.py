@@ -3,13 +3,26 @@
 They go through the real scheduler, recording backend and store; only the agent's work and
 the GPU evaluation are replaced by deterministic arithmetic on a hash of the attempt, so
 results are reproducible and exercise pass, fail, rescue, break and skipped transfers.
+
+For the noise analysis (docs/analysis.md) the grader can add log-normal runtime noise with a
+coefficient of variation per problem (``[grading] noise_cv = { p28 = 0.03 }``), drawn from a
+hash of the seed, the source and the request id (so each repeat of a file draws afresh, and a
+resumed run draws what the uninterrupted one would), and a source may name its true runtime
+(``# sim: runtime_ms=1.25``), which the simulated agent writes when asked
+(``[agent] final_runtime_ms``, ``skill_runtime_factor``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass
+import json
+import math
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from engine.attempts.spec import AttemptOutcome, AttemptSpec
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
@@ -20,19 +33,57 @@ def _unit(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+_RUNTIME = re.compile(r"^# sim: runtime_ms=([0-9.eE+-]+)$", re.MULTILINE)
+_NORMAL = statistics.NormalDist()
+
+
 @dataclass
 class SimulatedBackend:
-    """Grades instantly: the verdict and runtime derive from the source text."""
+    """Grades instantly: the verdict and runtime derive from the source text (and the noise
+    from the seed, the source and the request id)."""
 
     name: str = "simulated"
     delay_s: float = 0.0
     preview: bool = True
+    noise_cv: dict[str, float] = field(default_factory=dict)  # problem id (or default) → CV
+    seed: int = 0
+    call_log: str | None = None  # a file: one JSON line as each grading starts and ends
+
+    def _log(self, event: str, request: GradeRequest) -> None:
+        if self.call_log is None:
+            return
+        line = {
+            "event": event,
+            "request_id": request.request_id,
+            "t": time.time(),
+            "source": hashlib.sha256(request.source.encode()).hexdigest()[:16],
+        }
+        with open(self.call_log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+
+    def noise(self, request: GradeRequest) -> float:
+        """The runtime's log-normal factor: exp(σ·z), σ² = ln(1 + CV²), z from a hash."""
+        cv = self.noise_cv.get(request.problem_id, self.noise_cv.get("default", 0.0))
+        if cv <= 0:
+            return 1.0
+        u = min(
+            max(_unit(self.seed, request.source, request.request_id, "noise"), 1e-12), 1 - 1e-12
+        )
+        return math.exp(math.sqrt(math.log1p(cv * cv)) * _NORMAL.inv_cdf(u))
 
     async def grade(self, request: GradeRequest) -> Feedback:
+        self._log("start", request)
+        try:
+            return await self._grade(request)
+        finally:
+            self._log("end", request)
+
+    async def _grade(self, request: GradeRequest) -> Feedback:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        named = _RUNTIME.search(request.source)
         u = _unit(request.source)
-        passed = "FAIL" not in request.source and u < 0.8
+        passed = "FAIL" not in request.source and (named is not None or u < 0.8)
         if not passed:
             return Feedback(
                 verdict="fail",
@@ -43,12 +94,14 @@ class SimulatedBackend:
                 message="max error exceeds allowance",
             )
         eager = 1.0
-        impl = 0.2 + 1.6 * _unit(request.source, "t")
+        impl = float(named.group(1)) if named else 0.2 + 1.6 * _unit(request.source, "t")
+        impl *= self.noise(request)
         return Feedback(
             verdict="preview" if self.preview else "pass",
             request_id=request.request_id,
             problem_id=request.problem_id,
             dsl=request.dsl,
+            device="simulated (preview)" if self.preview else "simulated",
             impl_median_ms=impl,
             eager_median_ms=eager,
             speedup=min(eager / impl, 100.0),
@@ -60,11 +113,26 @@ class SimulatedBackend:
 
 @dataclass
 class SimulatedRunner:
-    """An instant agent: ``submissions`` feedback rounds, a skill, a final implementation."""
+    """An instant agent: ``submissions`` feedback rounds, a skill, a final implementation.
+
+    With ``final_runtime_ms`` its finals name their true runtime: that for solo arms, times
+    ``skill_runtime_factor`` (one number, or per problem id) for skill-conditioned arms.
+    """
 
     submissions: int = 10
     blank_skill_rate: float = 0.1
     delay_s: float = 0.0
+    final_runtime_ms: float | None = None
+    skill_runtime_factor: float | dict[str, float] = 1.0
+
+    def _final_source(self, base: str, node: Any, skill_seed: str) -> str:
+        if self.final_runtime_ms is None:
+            return f"# {base} final {skill_seed[:16]}\n"
+        factor = self.skill_runtime_factor
+        if isinstance(factor, dict):
+            factor = factor.get(node.problem_id, 1.0)
+        runtime = self.final_runtime_ms * (factor if node.is_treatment else 1.0)
+        return f"# {base} final\n# sim: runtime_ms={runtime!r}\n"
 
     async def __call__(
         self, spec: AttemptSpec, backend: GradingBackend, observer: object
@@ -82,10 +150,16 @@ class SimulatedRunner:
                     node.problem_id, node.dsl, f"# {base} submission {n}\n", purpose="submission"
                 ),
             )
-        skill_seed = spec.source_skill or ""
-        final_source = f"# {base} final {skill_seed[:16]}\n"
+        final_source = self._final_source(base, node, spec.source_skill or "")
         final = await spec.retry.grade(
-            backend, GradeRequest(node.problem_id, node.dsl, final_source, purpose="final")
+            backend,
+            GradeRequest(
+                node.problem_id,
+                node.dsl,
+                final_source,
+                purpose="final",
+                request_id=f"{spec.attempt_id}-final",
+            ),
         )
         blank = _unit(base, "skill") < self.blank_skill_rate
         skill = "" if blank else f"Skill from {base}: fuse the pass; measured {final.speedup}."

@@ -2,9 +2,10 @@
 
 Layout of a built variant ``<out>/<pid>-<dsl>/``::
 
-    task.toml            agent timeout = budget, no network, 2 CPUs, 8 GB, workdir /workspace
+    task.toml            agent timeout = budget, no network, 2 CPUs, 8 GB, workdir /workspace;
+                         [metadata] names the grading GPU and its arch
     instruction.md       the instruction (plus a transferred skill for skill-conditioned runs)
-    manifest.json        inputs hash, file hashes, DSL package versions
+    manifest.json        inputs hash, file hashes, DSL package versions, grading GPU
     environment/         copied into the workdir: problem.py, problems/ (the shared modules
                          and every helper the problem imports, so problem.py runs without
                          this project installed), CONTRACT.md, bin/submit, docs/, Dockerfile
@@ -31,6 +32,7 @@ from engine.tasks.final_eval_script import FINAL_EVAL_PY, TEST_SH
 from engine.tasks.guides import copy_guides, guides_digest
 from engine.tasks.launch_guide import LAUNCH_GUIDE_FILE, render_launch_guide
 from engine.tasks.submit_script import MAILBOX, SUBMIT_PATH, render_submit_script
+from problems.targets import DEFAULT_GPU, Target, target
 
 if TYPE_CHECKING:
     from problems.spec import Problem
@@ -131,17 +133,20 @@ def inputs_hash(
     source_skill: str | None,
     source_dsl: str | None,
     solution_source: str | None,
+    gpu: str = DEFAULT_GPU,
 ) -> str:
-    """A hash over everything a built task depends on (sources, parameters, versions)."""
+    """A hash over everything a built task depends on (sources, parameters, versions, the
+    grading GPU: a change of target makes a build stale)."""
+    gpu_target = target(gpu)
     h = hashlib.sha256()
     parts: list[bytes] = [
         BUILDER_VERSION.encode(),
         problem_source,
         *(name.encode() + data for name, data in vendored_problem_files(problem_source).items()),
         Path(ins.__file__).read_bytes(),
-        render_launch_guide(dsl).encode(),
+        render_launch_guide(dsl, gpu_target).encode(),
         render_submit_script(MAX_SOURCE_BYTES).encode(),
-        render_compile_check_script().encode(),
+        render_compile_check_script(gpu_target.arch).encode(),
         FINAL_EVAL_PY.encode(),
         dsl.key.encode(),
         str(package_version(dsl.distribution)).encode(),
@@ -151,6 +156,7 @@ def inputs_hash(
         (source_skill or "").encode(),
         (source_dsl or "").encode(),
         (solution_source or "").encode(),
+        f"gpu={gpu_target.key}:{gpu_target.arch}".encode(),
     ]
     for part in parts:
         h.update(hashlib.sha256(part).digest())
@@ -166,13 +172,16 @@ def files_hash(task_dir: Path) -> dict[str, str]:
     return out
 
 
-def task_toml(problem_id: str, dsl: DslInfo, budget_s: int) -> str:
+def task_toml(problem_id: str, dsl: DslInfo, budget_s: int, gpu: Target) -> str:
     return f"""schema_version = "1.4"
 
 [metadata]
 problem = "{problem_id}"
 dsl = "{dsl.key}"
 builder = "mkb {BUILDER_VERSION}"
+gpu = "{gpu.key}"
+gpu_name = "{gpu.name}"
+arch = "{gpu.arch}"
 
 [agent]
 timeout_sec = {float(budget_s)}
@@ -213,12 +222,23 @@ def build_task(
     source_dsl: str | None = None,
     solution_source: str | None = None,
     name: str | None = None,
+    gpu: str = DEFAULT_GPU,
 ) -> BuiltTask:
-    """Write one task variant; returns where it is. Rebuilds from scratch every time."""
+    """Write one task variant graded on ``gpu`` (``b200``, ``h200`` or ``h100``: its arch
+    goes into the instruction, metadata, compile_check and docs); returns where it is.
+    Rebuilds from scratch every time."""
     info = dsl_info(dsl)
+    gpu_target = target(gpu)
     problem, problem_src = _problem_source(problem_id)
     digest = inputs_hash(
-        problem_src, info, budget_s, max_submissions, source_skill, source_dsl, solution_source
+        problem_src,
+        info,
+        budget_s,
+        max_submissions,
+        source_skill,
+        source_dsl,
+        solution_source,
+        gpu_target.key,
     )
     task_dir = Path(out_root) / (name or f"{problem.id}-{info.key}")
     if task_dir.exists():
@@ -229,11 +249,13 @@ def build_task(
     (env_dir / "bin").mkdir()
     (tests_dir / "problems").mkdir(parents=True)
 
-    text = _instruction(problem, info, budget_s, max_submissions, source_skill, source_dsl)
+    text = _instruction(
+        problem, info, budget_s, max_submissions, source_skill, source_dsl, gpu_target
+    )
     (task_dir / "instruction.md").write_text(text)
-    (task_dir / "task.toml").write_text(task_toml(problem.id, info, budget_s))
+    (task_dir / "task.toml").write_text(task_toml(problem.id, info, budget_s, gpu_target))
     _write_problem_files(problem_src, (env_dir, tests_dir))
-    docs_summary = _write_environment(env_dir, info)
+    docs_summary = _write_environment(env_dir, info, gpu_target)
     _write_tests(tests_dir)
     if solution_source is not None:
         _write_solution(task_dir / "solution", solution_source)
@@ -245,6 +267,9 @@ def build_task(
         "max_submissions": max_submissions,
         "transfer_from": source_dsl if source_skill is not None else None,
         "builder": BUILDER_VERSION,
+        "gpu": gpu_target.key,
+        "gpu_name": gpu_target.name,
+        "arch": gpu_target.arch,
         "inputs_sha256": digest,
         "docs": docs_summary,
         "files": files_hash(task_dir),
@@ -260,6 +285,7 @@ def _instruction(
     max_submissions: int,
     source_skill: str | None,
     source_dsl: str | None,
+    gpu: Target,
 ) -> str:
     """The instruction text, with the transferred skill appended when there is one."""
     params = ins.InstructionParams(
@@ -271,6 +297,8 @@ def _instruction(
         dsl=info,
         budget_minutes=round(budget_s / 60),
         max_submissions=max_submissions,
+        gpu=gpu.describe(),
+        arch=gpu.arch,
     )
     text = ins.render_instruction(params)
     if source_skill is not None:
@@ -290,8 +318,9 @@ def _write_problem_files(problem_src: bytes, folders: tuple[Path, ...]) -> None:
             target.write_bytes(data)
 
 
-def _write_environment(env_dir: Path, info: DslInfo) -> dict[str, Any]:
-    """The agent's workspace beyond the problem: contract, submit script, Dockerfile, docs.
+def _write_environment(env_dir: Path, info: DslInfo, gpu: Target) -> dict[str, Any]:
+    """The agent's workspace beyond the problem: contract, submit script, Dockerfile, docs
+    (the API reference, guide pages and launch guide of the grading GPU's architecture).
 
     Returns the docs summary recorded in the manifest."""
     (env_dir / ins.CONTRACT_FILE).write_text(ins.render_contract(info))
@@ -299,19 +328,27 @@ def _write_environment(env_dir: Path, info: DslInfo) -> dict[str, Any]:
     submit.write_text(render_submit_script(MAX_SOURCE_BYTES))
     submit.chmod(0o755)
     check = env_dir / COMPILE_CHECK_PATH
-    check.write_text(render_compile_check_script())
+    check.write_text(render_compile_check_script(gpu.arch))
     check.chmod(0o755)
     (env_dir / "Dockerfile").write_text(dockerfile(info))
-    docs_summary = build_docs(info, env_dir / ins.DOCS_DIR)
-    docs_summary["guides"] = copy_guides(info.key, env_dir / ins.DOCS_DIR / "guides")
-    _index_guides(env_dir / ins.DOCS_DIR / "README.md", docs_summary["guides"])
-    (env_dir / ins.DOCS_DIR / LAUNCH_GUIDE_FILE).write_text(render_launch_guide(info))
-    with (env_dir / ins.DOCS_DIR / "README.md").open("a") as fh:
+    docs = env_dir / ins.DOCS_DIR
+    docs_summary = build_docs(info, docs, info.modules_for(gpu.arch) if _has(info) else None)
+    docs_summary["guides"] = copy_guides(info.key, docs / "guides", arch=gpu.arch)
+    _index_guides(docs / "README.md", docs_summary["guides"])
+    (docs / LAUNCH_GUIDE_FILE).write_text(render_launch_guide(info, gpu))
+    with (docs / "README.md").open("a") as fh:
         fh.write(
             f"\n## Calling kernels\n\n- [{LAUNCH_GUIDE_FILE}]({LAUNCH_GUIDE_FILE}): the "
             "lowest-overhead way to call a compiled kernel from `solve`, with measured costs\n"
+            f"\n## Grading GPU\n\n{gpu.describe()}: compile for `{gpu.arch}`. Tensor-core "
+            f"instructions of this architecture: {', '.join(gpu.features)}.\n"
         )
     return docs_summary
+
+
+def _has(info: DslInfo) -> bool:
+    """The DSL's package is installed here (else the docs are a placeholder page)."""
+    return package_version(info.distribution) is not None
 
 
 def _write_tests(tests_dir: Path) -> None:
@@ -331,13 +368,19 @@ def _write_solution(sol_dir: Path, solution_source: str) -> None:
     solve.chmod(0o755)
 
 
-def staleness(task_dir: Path) -> list[str]:
-    """Why a built task no longer matches its inputs or its own files (empty: up to date)."""
+def staleness(task_dir: Path, gpu: str | None = None) -> list[str]:
+    """Why a built task no longer matches its inputs or its own files, or (``gpu`` given) was
+    built for another grading GPU (empty: up to date)."""
     path = Path(task_dir) / MANIFEST
     if not path.is_file():
         return ["no manifest.json (not built by mkb tasks build)"]
     manifest = json.loads(path.read_text())
     reasons: list[str] = []
+    built_for = target(manifest.get("gpu", DEFAULT_GPU))
+    if gpu is not None and target(gpu) != built_for:
+        reasons.append(
+            f"built for {built_for.describe()}, not the grading GPU {target(gpu).describe()}"
+        )
     try:
         _, src = _problem_source(manifest["problem"])
     except KeyError as exc:
@@ -355,6 +398,7 @@ def staleness(task_dir: Path) -> list[str]:
         skill,
         manifest.get("transfer_from"),
         solution.read_text() if solution.is_file() else None,
+        built_for.key,
     )
     if expected != manifest["inputs_sha256"]:
         reasons.append("inputs changed since the build (problem, templates, versions or params)")

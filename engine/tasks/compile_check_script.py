@@ -1,14 +1,20 @@
 """The ``compile_check`` command placed in every sandbox: compile the kernels without a GPU.
 
 The sandbox has no GPU, so a kernel's compile errors would otherwise first show up in the
-feedback of a submission. ``compile_check [FILE] [--arch sm_90a]`` imports FILE (default
+feedback of a submission. ``compile_check [FILE] [--arch ARCH]`` imports FILE (default
 ``solution.py``), picks the DSL from its imports and calls ``solve`` once on the problem's
 smoke inputs on the CPU, with the DSL's compile entry point wrapped so that compiled kernels
-are kept but never launched:
+are kept but never launched. ARCH defaults to the architecture of the task's grading GPU
+(``sm_100a`` for the B200, ``sm_90a`` for the H200 and H100: ``problems/targets.py``):
 
 * CuTe DSL: ``cute.compile`` runs for real (``CUTE_DSL_ARCH`` = the arch), to a cubin;
-* TIRx: ``tvm.compile`` / ``tvm.build`` run for real, then the generated CUDA C of each
-  executable goes through NVRTC for the arch (``tvm.support.nvcc.compile_cuda``).
+* TIRx: ``tvm.compile`` / ``tvm.build`` run for real with the CUDA target's ``arch`` set to
+  ARCH (a solution picks its arch from the GPU it runs on, which the sandbox does not have;
+  a different one asked for is reported), then the generated CUDA C of each executable goes
+  through NVRTC for the arch (``tvm.support.nvcc.compile_cuda``).
+
+A failure that involves a tensor-core feature the arch lacks (WGMMA on ``sm_100a``; tcgen05
+MMA and TMEM on ``sm_90a``) ends with a line naming the feature and what the arch has instead.
 
 NVRTC needs the CUDA headers; when ``CUDA_PATH`` has none, the script points it at a folder
 under ``/tmp`` whose ``include`` and ``targets/<triple>/include`` link to the headers of the
@@ -68,6 +74,49 @@ def ensure_cuda_path():
     return shim
 
 
+# tensor-core features one architecture has and the other lacks: (pattern, name, has, instead)
+FEATURES = {
+    "sm_90a": [(r"tcgen05|tmem|blackwell_helpers|sm100|umma", "tcgen05 MMA (UMMA) and TMEM",
+                "Blackwell (sm_100a)", "WGMMA (warpgroup MMA)")],
+    "sm_100a": [(r"wgmma|warpgroup|hopper_helpers|sm90_utils|expects arch to be sm_90a",
+                 "WGMMA (warpgroup MMA)", "Hopper (sm_90a)", "tcgen05 MMA (UMMA) with TMEM")],
+}
+ASKED = []  # TIRx target architectures tvm.compile was asked for
+
+
+def diagnose(arch, failure, source):
+    """A line naming the architecture feature behind a failure, or None."""
+    import re
+
+    for pattern, name, owner, instead in FEATURES.get(arch, []):
+        lacks = "%s does not have it (it has %s instead)" % (arch, instead)
+        if re.search(pattern, failure, re.I):
+            return "%s is a %s feature: %s" % (name, owner, lacks)
+        if re.search(pattern, source, re.I):
+            return "(the file also uses %s, a %s feature: %s)" % (name, owner, lacks)
+    return None
+
+
+def retarget(args, kwargs, arch):
+    """tvm.compile/build arguments with the CUDA target's arch set to ``arch``."""
+    import tvm
+
+    args = list(args)
+    given = kwargs.get("target", args[1] if len(args) > 1 else None)
+    if given is None:
+        return args, kwargs
+    target = given if isinstance(given, tvm.target.Target) else tvm.target.Target(given)
+    if target.kind.name != "cuda":
+        return args, kwargs
+    ASKED.append(str(target.attrs.get("arch", "")))
+    fixed = tvm.target.Target({**target.export(), "arch": arch})
+    if "target" in kwargs or len(args) < 2:
+        kwargs = {**kwargs, "target": fixed}
+    else:
+        args[1] = fixed
+    return args, kwargs
+
+
 class NoLaunch:
     """A compiled kernel or executable that is kept but never launched."""
 
@@ -85,12 +134,14 @@ class NoLaunch:
         return getattr(self.compiled, name)
 
 
-def wrap(module, name):
+def wrap(module, name, arch=None):
     real = getattr(module, name, None)
     if real is None or getattr(real, "_mkb_no_launch", False):
         return
 
     def compile_only(*args, **kwargs):
+        if arch is not None:
+            args, kwargs = retarget(args, kwargs, arch)
         return NoLaunch(real(*args, **kwargs))
 
     compile_only._mkb_no_launch = True
@@ -114,7 +165,7 @@ def dsl_of(path):
     raise RuntimeError(path + " imports neither cutlass (CuTe DSL) nor tvm (TIRx)")
 
 
-def stub_launches(dsl):
+def stub_launches(dsl, arch):
     if dsl == "cute":
         import cutlass.cute as cute
 
@@ -122,8 +173,8 @@ def stub_launches(dsl):
     else:
         import tvm
 
-        wrap(tvm, "compile")
-        wrap(tvm, "build")
+        wrap(tvm, "compile", arch)
+        wrap(tvm, "build", arch)
 
 
 def load(path, name):
@@ -155,30 +206,42 @@ def report(dsl, arch):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("file", nargs="?", default="solution.py")
-    parser.add_argument("--arch", default=os.environ.get("CUTE_DSL_ARCH") or "__ARCH__")
+    parser.add_argument("--arch", default="__ARCH__",
+                        help="CUDA architecture (default: the grading GPU's, __ARCH__)")
     parser.add_argument("--workload", default="SMOKE", choices=["SMOKE", "WORKLOAD"])
     args = parser.parse_args(argv)
     os.environ["CUTE_DSL_ARCH"] = args.arch
     ensure_cuda_path()
     sys.path.insert(0, WORKSPACE)
     dsl = "?"
+    source = ""
     try:
+        with open(args.file) as fh:
+            source = fh.read()
         dsl = dsl_of(args.file)
         from problems.spec import Workload
 
         problem = load(os.path.join(WORKSPACE, "problem.py"), "mkb_problem")
         inputs = problem.make_inputs(0, "cpu", Workload(getattr(problem, args.workload)))
-        stub_launches(dsl)
+        stub_launches(dsl, args.arch)
         solution = load(os.path.abspath(args.file), "mkb_solution")
         solution.solve(*inputs)
         lines = report(dsl, args.arch)
     except Exception:  # noqa: BLE001 - the whole point is to show it
-        print(traceback.format_exc(), file=sys.stderr)
-        print("compile_check: FAILED for %s (%s, %s)" % (args.file, dsl, args.arch))
+        failure = traceback.format_exc()
+        print(failure, file=sys.stderr)
+        why = diagnose(args.arch, failure, source)
+        print("compile_check: FAILED for %s (%s, %s)%s"
+              % (args.file, dsl, args.arch, ": " + why if why else ""))
         return 1
     print("compile_check: OK, %s compiled for %s on the CPU (nothing launched, outputs "
           "not checked):" % (args.file, args.arch))
     print("\n".join(lines))
+    other = sorted({a for a in ASKED if a and a != args.arch})
+    if other:
+        print("note: tvm.compile was asked for %s and compiled for %s here: on the grading "
+              "GPU pick the arch from the device (torch.cuda.get_device_capability())"
+              % (", ".join(other), args.arch))
     return 0
 
 
@@ -188,5 +251,6 @@ if __name__ == "__main__":
 
 
 def render_compile_check_script(arch: str = DEFAULT_ARCH) -> str:
-    """The ``compile_check`` script (the same for both DSLs: it reads the file's imports)."""
+    """The ``compile_check`` script for a task graded on ``arch`` (the same for both DSLs: it
+    reads the file's imports)."""
     return COMPILE_CHECK_SCRIPT.replace("__ARCH__", arch)

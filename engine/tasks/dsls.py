@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,12 @@ class DslInfo:
     requirements: tuple[str, ...]  # pip requirement lines for the sandbox image
     import_hint: str  # how the DSL is imported in Python
     doc_modules: tuple[str, ...]  # modules whose API the offline docs describe
+    # more modules for tasks graded on one architecture (its tensor-core instructions)
+    arch_doc_modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def modules_for(self, arch: str) -> tuple[str, ...]:
+        """The doc modules of a task graded on ``arch``."""
+        return self.doc_modules + self.arch_doc_modules.get(arch, ())
 
 
 DSLS: dict[str, DslInfo] = {
@@ -25,6 +31,10 @@ DSLS: dict[str, DslInfo] = {
         requirements=("nvidia-cutlass-dsl[cu13]==4.8.1",),
         import_hint="import cutlass; import cutlass.cute as cute",
         doc_modules=("cutlass.cute", "cutlass.cute.runtime", "cutlass.cute.arch", "cutlass.utils"),
+        arch_doc_modules={
+            "sm_90a": ("cutlass.cute.nvgpu.warpgroup",),
+            "sm_100a": ("cutlass.cute.nvgpu.tcgen05",),
+        },
     ),
     "tirx": DslInfo(
         key="tirx",

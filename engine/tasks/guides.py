@@ -23,6 +23,11 @@ from pathlib import Path
 from engine.tasks.dsls import DslInfo, dsl_info
 
 DEFAULT_BASE_URL = "https://raw.githubusercontent.com"
+#: pages about one architecture's tensor cores: copied only into tasks graded on it
+ARCH_PAGES = {
+    "guides/mma/wgmma_programming.rst": "sm_90a",
+    "guides/mma/tcgen05_programming.rst": "sm_100a",
+}
 MAX_PAGE_BYTES = 2 * 1024 * 1024
 
 
@@ -51,6 +56,7 @@ GUIDE_SETS: dict[str, GuideSet] = {
             "cute_dsl_general/framework_integration.rst",
             "cute_dsl_general/debugging.rst",
             "guides/mma/wgmma_programming.rst",
+            "guides/mma/tcgen05_programming.rst",
         ),
     ),
     "tirx": GuideSet(
@@ -158,9 +164,9 @@ async def fetch_guides(
                     body = await response.content.read(MAX_PAGE_BYTES + 1)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 detail = str(exc)
-                report.failed[page] = f"{type(exc).__name__}: {detail}" if detail else type(
-                    exc
-                ).__name__
+                report.failed[page] = (
+                    f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+                )
                 continue
             if len(body) > MAX_PAGE_BYTES:
                 report.failed[page] = f"larger than {MAX_PAGE_BYTES} bytes"
@@ -173,11 +179,15 @@ async def fetch_guides(
     return report
 
 
-def copy_guides(dsl_key: str, out_dir: Path, root: Path | None = None) -> dict[str, object]:
-    """Copy the cached pages into a task's ``docs/guides``; returns the manifest entry."""
+def copy_guides(
+    dsl_key: str, out_dir: Path, root: Path | None = None, arch: str | None = None
+) -> dict[str, object]:
+    """Copy the cached pages into a task's ``docs/guides`` (with ``arch``: only the
+    architecture pages of that arch); returns the manifest entry."""
     guide = GUIDE_SETS[dsl_key]
     tag = pinned_tag(dsl_key)
-    pages = cached_guides(dsl_key, root)
+    wanted = [p for p in guide.pages if arch is None or ARCH_PAGES.get(p, arch) == arch]
+    pages = {p: path for p, path in cached_guides(dsl_key, root).items() if p in wanted}
     for page, path in pages.items():
         target = out_dir / page
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -186,5 +196,5 @@ def copy_guides(dsl_key: str, out_dir: Path, root: Path | None = None) -> dict[s
         "source": f"https://github.com/{guide.repo}/tree/{tag}/{guide.root}",
         "tag": tag,
         "pages": sorted(pages),
-        "missing": [p for p in guide.pages if p not in pages],
+        "missing": [p for p in wanted if p not in pages],
     }

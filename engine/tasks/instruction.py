@@ -40,6 +40,8 @@ class InstructionParams:
     dsl: DslInfo
     budget_minutes: int
     max_submissions: int
+    gpu: str = "NVIDIA H200 (Hopper, sm_90a)"  # the grading target, described
+    arch: str = "sm_90a"  # its CUDA architecture (problems/targets.py)
 
 
 INSTRUCTION_TEMPLATE = """\
@@ -76,7 +78,8 @@ must not cache results that depend on input values.
 
 ## Grading
 
-Each submission is graded on a GPU in a fresh process with a 600-second limit, following
+The grading GPU is an {gpu}: kernels must compile for `{arch}`.
+Each submission is graded on it in a fresh process with a 600-second limit, following
 `{workdir}/{contract_file}`: a static check of the source, five correctness checks on
 fresh random inputs against a float64-anchored tolerance, then 10 warm-up and 50 timed calls
 (median, CUDA events), rechecks of timed outputs, and a test that the outputs stop being
@@ -92,9 +95,9 @@ implementation is graded once more; that final evaluation is your result.
 There is no GPU and no network in this sandbox. Offline {dsl_name} documentation is in
 `{workdir}/{docs_dir}/` (an API reference generated from the installed package and, where the
 build had them, the DSL's own guide pages under `guides/`). `compile_check` (or
-`compile_check path/to/file.py`) compiles your {dsl_name} kernels for the GPU (sm_90a) right
-here, without launching them: it calls `solve` once on small CPU inputs and reports each
-compiled kernel or the compile error, so you can catch errors before you submit.
+`compile_check path/to/file.py`) compiles your {dsl_name} kernels for the grading GPU
+(`{arch}`) right here, without launching them: it calls `solve` once on small CPU inputs and
+reports each compiled kernel or the compile error, so you can catch errors before you submit.
 `{workdir}/{docs_dir}/{launch_guide}` shows the lowest-overhead way to compile a {dsl_name} kernel
 once and call it from every `solve`, with measured host costs: the time of each call includes
 the host work around its launches.
@@ -138,6 +141,8 @@ def render_instruction(params: InstructionParams) -> str:
         max_kb=MAX_SOURCE_KB,
         max_submissions=params.max_submissions,
         budget_minutes=params.budget_minutes,
+        gpu=params.gpu,
+        arch=params.arch,
     )
 
 

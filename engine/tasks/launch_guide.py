@@ -3,15 +3,17 @@
 Every timed call counts the host time until ``solve`` returns, so the Python work around a
 launch is part of an agent's result. The page shows, per DSL, how to compile once and call
 per ``solve()`` at the least host cost, with the figures measured on the H200. Its code
-blocks are complete modules; tests/tasks/test_launch_guide.py compiles each one for sm_90a
-on a CPU and calls it up to the point where a GPU is needed.
+blocks are complete modules written for the task's grading GPU (the TIRx block names its
+architecture); tests/tasks/test_launch_guide.py compiles each one for sm_90a and sm_100a on a
+CPU and calls it up to the point where a GPU is needed.
 """
 
 from __future__ import annotations
 
 import re
 
-from engine.tasks.dsls import DslInfo
+from engine.tasks.dsls import DslInfo, dsl_info
+from problems.targets import DEFAULT_GPU, TARGETS, Target
 
 LAUNCH_GUIDE_FILE = "launch.md"  # inside the task's docs/ folder
 CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -79,7 +81,7 @@ _KERNEL = []  # the compiled device function, fetched once
 
 def scale(x: torch.Tensor, alpha: float) -> torch.Tensor:
     if not _KERNEL:  # first call: build once (n is symbolic, so any length fits)
-        target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})  # the grader's H200
+        target = tvm.target.Target({"kind": "cuda", "arch": "__ARCH__"})  # the grader's __GPU__
         exe = tvm.compile(tvm.IRModule({"main": _scale}), target=target, tir_pipeline="tirx")
         _KERNEL.append(exe["main"])
     y = torch.empty_like(x)
@@ -142,11 +144,16 @@ Python numbers themselves:
 GUIDES = {"cute": CUTE_GUIDE, "tirx": TIRX_GUIDE}
 
 
-def render_launch_guide(dsl: DslInfo) -> str:
-    """The ``docs/launch.md`` page for one DSL variant."""
-    return GUIDES[dsl.key]
+def render_launch_guide(dsl: DslInfo, gpu: Target | None = None) -> str:
+    """The ``docs/launch.md`` page for one DSL variant graded on ``gpu`` (default: H200)."""
+    gpu = gpu or TARGETS[DEFAULT_GPU]
+    page = GUIDES[dsl.key].replace("__ARCH__", gpu.arch).replace("__GPU__", gpu.hardware.name)
+    return page + (
+        f"\nThe grading GPU of this task is an {gpu.describe()}; the figures above were "
+        "measured on an NVIDIA H200.\n"
+    )
 
 
-def guide_code(dsl_key: str) -> list[str]:
+def guide_code(dsl_key: str, gpu: Target | None = None) -> list[str]:
     """The Python code blocks of a DSL's page (each one a complete module)."""
-    return CODE_BLOCK.findall(GUIDES[dsl_key])
+    return CODE_BLOCK.findall(render_launch_guide(dsl_info(dsl_key), gpu))

@@ -1,9 +1,14 @@
-"""Compile every reference solution for sm_90a on a host without a GPU.
+"""Compile every reference solution for one architecture on a host without a GPU.
 
-Run with an interpreter that has torch and both DSLs (the repo's venv has neither DSL):
+Run with an interpreter that has torch and both DSLs:
 
-    CUTE_DSL_ARCH=sm_90a [CUDA_PATH=<toolkit>] \\
-        DSL_PYTHON -m problems.solutions.compile_check [p28 ... | path/to/pNN_dsl_x.py ...]
+    [CUDA_PATH=<toolkit>] DSL_PYTHON -m problems.solutions.compile_check [--arch sm_100a] \\
+        [--variants] [p28 ... | path/to/pNN_dsl_x.py ...]
+
+``--arch`` (default sm_90a) is the target; a file is compiled only when its module-level
+``ARCHS`` declares that arch (``problems/targets.py``), else it is listed as skipped; a file
+without ``ARCHS`` fails. ``--variants`` adds ``variants/*.py`` to the selection. One process
+compiles for one arch (CuTe DSL reads ``CUTE_DSL_ARCH`` once, and this module sets it).
 
 Without a ``CUDA_PATH`` that has ``include/cuda_runtime.h``, TIRx's NVRTC step is pointed at
 the pip CUDA wheels' headers (a folder of links under the temp directory), as the tasks'
@@ -12,7 +17,8 @@ the pip CUDA wheels' headers (a folder of links under the temp directory), as th
 Each solution is called once on the problem's smoke inputs on the CPU, with the DSL's compile
 entry point wrapped so that compiled kernels are kept but their launches do nothing (a launch
 needs a GPU). That compiles every kernel (CuTe: ``cute.compile`` to a cubin; TIRx:
-``tvm.compile`` to CUDA C, then NVRTC to an sm_90a cubin) and runs the eager glue around them
+``tvm.compile`` with the CUDA target's arch set to the checked one, to CUDA C, then NVRTC to a
+cubin for it) and runs the eager glue around them
 on CPU tensors, so shape errors there show up too (outputs are garbage, nothing is checked).
 Convention the solutions follow: CuTe files keep compiled functions in ``_CACHE`` (a dict),
 TIRx files keep executables in ``_EXE`` (a list). Exit 0 iff every file compiled.
@@ -34,15 +40,28 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 
 
-def solution_files(only: list[str]) -> list[Path]:
-    """Solution files ``pNN_<dsl>.py``, optionally restricted to problem ids; arguments ending
-    in ``.py`` name files directly (``variants/pNN_<dsl>_<what>.py``)."""
+def solution_files(only: list[str], variants: bool = False) -> list[Path]:
+    """Solution files ``pNN_<dsl>.py`` (with ``variants``: also ``variants/*.py``), optionally
+    restricted to problem ids; arguments ending in ``.py`` name files directly
+    (``variants/pNN_<dsl>_<what>.py``)."""
     paths = [Path(o) for o in only if o.endswith(".py")]
     ids = [o for o in only if not o.endswith(".py")]
     if paths and not ids:
         return paths
     files = sorted(HERE.glob("p[0-9][0-9]_*.py"))
+    if variants:
+        files += sorted((HERE / "variants").glob("p[0-9][0-9]_*_*.py"))
     return paths + [f for f in files if not ids or f.name.split("_")[0] in ids]
+
+
+def declares(path: Path, arch: str) -> bool:
+    """Whether the file's ``ARCHS`` names ``arch`` (ValueError when it declares none)."""
+    from problems.targets import declared_archs
+
+    archs = declared_archs(path.read_text(encoding="utf-8"))
+    if archs is None:
+        raise ValueError(f"{path.name} declares no ARCHS (e.g. ARCHS = ('sm_90a', 'sm_100a'))")
+    return arch in archs
 
 
 class _NoLaunch:
@@ -69,8 +88,26 @@ class _TirxNoLaunch:
         return None
 
 
-def stub_launches(dsl: str) -> None:
-    """Wrap the DSL's compile entry point so compiled kernels never launch."""
+def _retarget(args: tuple, kwargs: dict, arch: str) -> tuple[tuple, dict]:
+    """``tvm.compile`` arguments with a CUDA target's arch set to ``arch`` (the solutions pick
+    their arch from the GPU, and there is none here)."""
+    import tvm
+
+    given = kwargs.get("target", args[1] if len(args) > 1 else None)
+    if given is None:
+        return args, kwargs
+    target = given if isinstance(given, tvm.target.Target) else tvm.target.Target(given)
+    if target.kind.name != "cuda":
+        return args, kwargs
+    fixed = tvm.target.Target({**target.export(), "arch": arch})
+    if "target" in kwargs or len(args) < 2:
+        return args, {**kwargs, "target": fixed}
+    return (args[0], fixed, *args[2:]), kwargs
+
+
+def stub_launches(dsl: str, arch: str = "sm_90a") -> None:
+    """Wrap the DSL's compile entry point so compiled kernels never launch (TIRx: and are
+    built for ``arch``; CuTe takes its arch from ``CUTE_DSL_ARCH``)."""
     if dsl == "cute":
         import cutlass.cute as cute
 
@@ -89,6 +126,7 @@ def stub_launches(dsl: str) -> None:
         if not getattr(real_tvm, "_no_launch", False):
 
             def build_only(*args: object, **kwargs: object) -> _TirxNoLaunch:
+                args, kwargs = _retarget(args, kwargs, arch)
                 return _TirxNoLaunch(real_tvm(*args, **kwargs))
 
             build_only._no_launch = True  # type: ignore[attr-defined]
@@ -103,14 +141,14 @@ def load(path: Path) -> ModuleType:
     return module
 
 
-def check_one(path: Path) -> str:
-    """Compile one solution; returns a one-line summary (raises on failure)."""
+def check_one(path: Path, arch: str = "sm_90a") -> str:
+    """Compile one solution for ``arch``; returns a one-line summary (raises on failure)."""
     from problems.registry import get
 
     problem_id, dsl = path.stem.split("_")[:2]  # variants: pNN_<dsl>_<what>.py
     problem = get(problem_id)
     inputs = problem.module.make_inputs(0, "cpu", problem.smoke)
-    stub_launches(dsl)
+    stub_launches(dsl, arch)
     module = load(path)
     module.solve(*inputs)
     if dsl == "cute":
@@ -128,7 +166,7 @@ def check_one(path: Path) -> str:
     for exe in executables:
         for dev_mod in exe.mod.imports:
             source = dev_mod.inspect_source()
-            sizes.append(len(nvcc.compile_cuda(source, target_format="cubin", arch="sm_90a")))
+            sizes.append(len(nvcc.compile_cuda(source, target_format="cubin", arch=arch)))
     return f"{len(sizes)} cubin(s) {sizes} bytes"
 
 
@@ -160,12 +198,18 @@ def ensure_cuda_path() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", help="problem ids (default: all)")
+    parser.add_argument("--arch", default="sm_90a", help="sm_90a (default) or sm_100a")
+    parser.add_argument("--variants", action="store_true", help="also variants/*.py")
     args = parser.parse_args(argv)
+    os.environ["CUTE_DSL_ARCH"] = args.arch
     ensure_cuda_path()
     failed = 0
-    for path in solution_files(args.only):
+    for path in solution_files(args.only, args.variants):
         try:
-            print(f"ok   {path.name}: {check_one(path)}", flush=True)
+            if not declares(path, args.arch):
+                print(f"skip {path.name}: does not declare {args.arch}", flush=True)
+                continue
+            print(f"ok   {path.name}: {check_one(path, args.arch)}", flush=True)
         except Exception:  # noqa: BLE001 - report and go on
             failed += 1
             print(f"FAIL {path.name}:\n{traceback.format_exc()}", flush=True)

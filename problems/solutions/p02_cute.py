@@ -40,6 +40,8 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 HEADS = 5
 DIM = 128
 PER_LANE = DIM // 32

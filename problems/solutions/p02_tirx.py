@@ -27,6 +27,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 HEADS = 5
 DIM = 128
 PER_LANE = DIM // 32  # 4 contiguous dims per lane

@@ -27,6 +27,8 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 THREADS = 256
 WORDS_PER_THREAD = 8
 CHUNK = THREADS * WORDS_PER_THREAD

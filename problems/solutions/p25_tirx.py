@@ -21,6 +21,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 THREADS = 256
 VEC_PER_THREAD = 4  # 16-byte vectors per thread and cache
 VEC_PER_CTA = THREADS * VEC_PER_THREAD  # 1024 vectors = 16 KB of each cache

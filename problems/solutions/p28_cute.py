@@ -38,6 +38,8 @@ import torch
 from cutlass.cute.runtime import from_dlpack
 from cutlass.memory import SmemAllocator
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 EPS = 1e-5
 HIDDEN = 4096
 VEC = 8  # bf16 elements per 16-byte vector

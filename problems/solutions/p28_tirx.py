@@ -20,6 +20,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 EPS = 1e-5
 HIDDEN = 4096
 THREADS = 256

@@ -33,6 +33,8 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 EPS = 1e-6
 HIDDEN = 128
 VEC = 8  # bf16 elements per 16-byte vector

@@ -22,6 +22,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 EPS = 1e-6
 HIDDEN = 128
 LANES_PER_ROW = 16  # 16 lanes x 1 chunk x 8 bf16 = 128 channels

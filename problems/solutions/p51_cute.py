@@ -32,6 +32,8 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 THREADS = 256
 GLU_ALPHA = 1.702
 GLU_LIMIT = 7.0

@@ -20,6 +20,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 THREADS = 256
 GLU_ALPHA = 1.702
 GLU_LIMIT = 7.0

@@ -54,6 +54,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a",)  # WGMMA: Hopper only (problems/targets.py)
+
 GROUP = 128
 FP8_MAX = 448.0
 MIN_SCALE = 1e-12

@@ -45,6 +45,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a",)  # WGMMA: Hopper only (problems/targets.py)
+
 GROUP = 128
 FP8_MAX = 448.0
 MIN_SCALE = 1e-12

@@ -61,6 +61,8 @@ import torch
 from cutlass.cute.runtime import from_dlpack
 from cutlass.memory import SmemAllocator
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 DIM = 128
 VEC = 4  # fp32 state columns per lane: one 16-byte vector
 ROWS_PER_WARP = 4

@@ -32,6 +32,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 DIM = 128
 ROWS_PER_WARP = 4
 WARPS = 8

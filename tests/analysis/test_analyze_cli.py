@@ -27,6 +27,9 @@ name = "sim/a"
 
 [[models]]
 name = "sim/b"
+
+[grading]
+gpu = "b200"
 """
 
 
@@ -139,7 +142,7 @@ def test_text_names_the_experiment_and_prints_every_tui_table(
     assert main(["analyze", "--db", str(store_path), "--draws", "50"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == "Experiment ana (id ana)"
+    assert lines[0] == "Experiment ana (id ana), graded on NVIDIA B200 (Blackwell, sm_100a)"
     assert lines[1].startswith("Grading: PREVIEW") and "not comparable" in lines[1]
     for heading in TUI_TABLES:
         [title] = [line for line in lines if line.startswith(heading)]
@@ -170,7 +173,11 @@ def test_json_has_experiment_arms_intervals_and_rubric(
 
     assert main(["analyze", "--db", str(store_path), "--json", "--draws", "50"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["experiment"] == {"id": "ana", "name": "ana"}
+    assert data["experiment"] == {
+        "id": "ana",
+        "name": "ana",
+        "gpu": "NVIDIA B200 (Blackwell, sm_100a)",
+    }
     assert "not comparable" in data["label"]
     assert {(a["model"], a["arm"], a["dsl"]) for a in data["arms"]} == {
         (m, arm, dsl)

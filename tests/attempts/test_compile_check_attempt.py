@@ -2,14 +2,18 @@
 
 The agent runs in the local sandbox (the bubblewrap jail, no GPU, no network), writes a
 p28 solution with one small kernel and runs the task's ``compile_check``: the kernel must
-compile for sm_90a on the CPU. Skips when the DSL is not installed (``make install`` installs
-both, so CI runs it).
+compile for sm_90a on the CPU. On a task graded on the B200 (p52), compile_check defaults to
+sm_100a: the Blackwell kernel passes, the Hopper (WGMMA) one fails naming the feature. Skips
+when the DSL is not installed (``make install`` installs both, so CI runs it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
+import textwrap
+import zlib
 from pathlib import Path
 
 import pytest
@@ -112,3 +116,65 @@ async def test_agent_compiles_cute_and_tirx_kernels_in_the_sandbox_without_a_gpu
         assert "compile_check: OK, solution.py compiled for sm_90a" in terminal
         expected = "kernel kernel_cutlass__add_kernel" if dsl == "cute" else "-byte cubin"
         assert expected in terminal, terminal[-3000:]
+
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
+B200_DONE = ("CC-BW-DONE rc=", "CC-HOP-DONE rc=")
+
+
+def _write_packed(name: str, source: str) -> str:
+    """Keystrokes that write ``source`` to ``name`` (zlib + base64: short enough to type)."""
+    packed = base64.b64encode(zlib.compress(source.encode(), 9)).decode()
+    lines = "\n".join(textwrap.wrap(packed, 76))
+    return (
+        f"base64 -d > {name}.z << 'B64EOF'\n{lines}\nB64EOF\n"
+        f"python3 -c \"import zlib;open('{name}','wb').write(zlib.decompress("
+        f"open('{name}.z','rb').read()))\"\n"
+    )
+
+
+def _b200_scenario() -> Scenario:
+    blackwell = (SOLUTIONS / "variants" / "p52_cute_tcgen05.py").read_text()
+    hopper = (SOLUTIONS / "p52_cute.py").read_text()
+    steps = []
+    for (name, source), done in zip(
+        (("blackwell.py", blackwell), ("hopper.py", hopper)), B200_DONE
+    ):
+        marker = done.split(" ")[0]
+        run = f'compile_check {name}; echo "{marker[:3]}""{marker[3:]} rc=$?"\n'
+        steps.append(
+            {
+                "analysis": "The grading GPU is a B200; compile for it.",
+                "plan": f"Write {name} and run compile_check on it.",
+                "commands": [
+                    {"keystrokes": _write_packed(name, source), "duration": 1.0},
+                    {"keystrokes": run, "duration": 10.0},
+                ],
+            }
+        )
+    steps[1]["wait_for"] = B200_DONE[0]
+    done = {"wait_for": B200_DONE[1], "analysis": "Done.", "plan": "Stop.", "task_complete": True}
+    return Scenario.from_dict({"name": "compile-b200", "turns": [*steps, done]})
+
+
+@needs_namespaces
+@pytest.mark.slow
+async def test_agent_on_a_b200_task_compiles_tcgen05_and_gets_a_wgmma_error_in_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """p52 graded on the B200, in the jail: compile_check defaults to sm_100a, passes the
+    Blackwell kernel and refuses the Hopper one naming WGMMA."""
+    if not _installed("cutlass.cute"):
+        pytest.skip("cutlass.cute not installed (make install installs both DSLs)")
+    observer = MemoryObserver()
+    async with ScriptedLLMServer({"compile-b200": _b200_scenario()}) as server:
+        spec = _spec(tmp_path, server, "cute")
+        spec.model.name, spec.attempt_id = "openai/compile-b200", "cc-b200"
+        spec.problem_id, spec.gpu, spec.budget_s = "p52", "b200", 600
+        outcome = await run_attempt(spec, CpuPreviewBackend(), observer)
+    assert outcome.state == "finished", outcome.error
+    terminal = _terminal(observer, "cc-b200")
+    assert f"{B200_DONE[0]}0" in terminal, terminal[-3000:]
+    assert "compile_check: OK, blackwell.py compiled for sm_100a" in terminal
+    assert f"{B200_DONE[1]}1" in terminal, terminal[-3000:]
+    assert "compile_check: FAILED for hopper.py (cute, sm_100a): WGMMA (warpgroup MMA)" in terminal

@@ -328,6 +328,18 @@ class DuplicatingBackend:
         return None
 
 
+class Wrapper:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def grade(self, request: GradeRequest) -> Feedback:
+        return await self.inner.grade(request)  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        return None
+
+
 async def test_the_store_keys_jobs_and_records_duplicates(db_path: Path) -> None:
     inner = DuplicatingBackend()
     with Store(db_path) as store:
@@ -345,7 +357,7 @@ async def test_the_store_keys_jobs_and_records_duplicates(db_path: Path) -> None
             replicate=1,
         )
         recording = RecordingBackend(
-            inner,
+            Wrapper(inner),  # the engine wraps its backend (final repeats count gradings)
             Publisher(store, EventBus()),
             experiment_id=exp,
             attempt_id=attempt,
@@ -390,3 +402,17 @@ def test_ray_status_line() -> None:
         "2/4 graders busy (3 up), 5 queued, 4 nodes, 4 GPUs, 1 restarts, 2 requeued, "
         "1 duplicates dropped"
     )
+
+
+def test_the_progress_display_shows_the_cluster() -> None:
+    from app.progress import ProgressDisplay
+
+    bus = EventBus()
+    display = ProgressDisplay(bus, total=4, title="x")
+    bus.notify(RayStatus("e", nodes=3, gpus=3.0, graders=4, up=3, busy=3, restarts=1))
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(display.render())
+    text = console.export_text()
+    assert "ray cluster" in text and "3/4 graders busy (3 up)" in text and "1 restarts" in text

@@ -1,4 +1,7 @@
-"""The whole shipped catalog passes the smoke validation; the catalog is complete."""
+"""The whole shipped catalog passes the smoke validation; the catalog is complete.
+
+The smoke validation is one test per problem file, so pytest-xdist spreads the catalog over its
+workers (the whole catalog in one test took 204 s on 2 cores)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from collections import Counter
 import pytest
 
 from problems.check import CheckOptions, run_checks, select
+from problems.registry import problem_files
 from problems.spec import FAMILIES
 
 EXPECTED_FAMILIES = {
@@ -20,8 +24,9 @@ EXPECTED_FAMILIES = {
 
 
 @pytest.mark.slow
-def test_every_problem_passes_smoke_validation():
-    selection = select()
+@pytest.mark.parametrize("path", problem_files(), ids=lambda p: p.stem.split("_", 1)[0])
+def test_every_problem_passes_smoke_validation(path):
+    selection = select([str(path)])
     assert not selection.load_errors, [r.error for r in selection.load_errors]
     reports = run_checks(selection, CheckOptions(device="cpu", scale="smoke"))
     failures = {

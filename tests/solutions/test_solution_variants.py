@@ -1,7 +1,7 @@
 """Variant reference solutions (``problems/solutions/variants/pNN_<dsl>_<what>.py``): the same
-static conventions as the main files, and, where the DSL is installed, a compile for sm_90a
-on the CPU; and every main solution compiled the same way. The registry and the GPU batch list
-the main files only."""
+static conventions as the main files; and, where the DSLs are installed, every main solution
+and variant compiled on the CPU for each architecture its ``ARCHS`` declares (sm_90a, sm_100a).
+The registry and the GPU batch list the main files only."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from engine.grading.rules.static import check_source
 from problems.registry import get
 from problems.solutions import compile_check
+from problems.targets import ARCHS, declared_archs
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = sorted((REPO / "problems" / "solutions" / "variants").glob("p[0-9][0-9]_*_*.py"))
@@ -75,14 +76,6 @@ def test_variant_follows_the_solution_conventions(path: Path) -> None:
     assert (path.parents[1] / f"{problem_id}_{dsl}.py").is_file()  # the variant of a solution
 
 
-@pytest.mark.skipif(not _installed("cutlass.cute"), reason="CuTe DSL is not installed here")
-@pytest.mark.parametrize("path", [p for p in VARIANTS if "_cute_" in p.name], ids=str)
-def test_cute_variant_compiles_for_sm90a_on_the_cpu(path: Path) -> None:
-    result = _run(["-m", "problems.solutions.compile_check", str(path)])
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert re.search(rf"ok   {re.escape(path.name)}: [1-9]\d* kernel\(s\)", result.stdout)
-
-
 TVMFFI_CALL = """
 import sys
 from problems.registry import get
@@ -109,14 +102,48 @@ def test_p36_tvmffi_call_accepts_solve_arguments_up_to_the_gpu() -> None:
     assert result.stdout.strip().splitlines()[-1].startswith("TVMFFIJitCompiledFunction")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (_installed("cutlass.cute") and _installed("tvm")), reason="the DSLs are not installed"
 )
-def test_every_main_solution_compiles_for_sm90a_on_the_cpu() -> None:
-    """The 14 reference solutions in one process: CuTe to cubins, TIRx through NVRTC with the
-    pip CUDA headers (no CUDA_PATH given)."""
-    result = _run(["-m", "problems.solutions.compile_check"], unset=("CUDA_PATH",))
+def test_every_solution_compiles_for_each_architecture_it_declares() -> None:
+    """Every main solution and variant, for sm_90a and for sm_100a, in one process per arch
+    (the two run at once): CuTe to cubins, TIRx through NVRTC with the pip CUDA headers (no
+    CUDA_PATH given). A file is compiled for exactly the archs its ARCHS names."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_PATH"}
+    procs = {
+        arch: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "problems.solutions.compile_check",
+                "--arch",
+                arch,
+                "--variants",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for arch in ARCHS
+    }
+    files = compile_check.solution_files([], variants=True)
+    for arch, proc in procs.items():
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+        compiled = re.findall(r"^ok   (p\d\d_\w+\.py): [1-9]", out, re.M)
+        skipped = re.findall(r"^skip (p\d\d_\w+\.py): does not declare", out, re.M)
+        declaring = [f.name for f in files if arch in declared_archs(f.read_text())]
+        assert sorted(compiled) == sorted(declaring), arch
+        assert sorted(compiled + skipped) == sorted(f.name for f in files)
+    assert len(files) == 14 + len(VARIANTS)
+
+
+def test_compile_check_skips_files_that_do_not_declare_the_arch() -> None:
+    """The reference p52 GEMMs (WGMMA) are left out of an sm_100a run by their ARCHS."""
+    result = _run(["-m", "problems.solutions.compile_check", "--arch", "sm_100a", "p52"])
     assert result.returncode == 0, result.stdout[-3000:]
-    compiled = re.findall(r"^ok   (p\d\d_(?:cute|tirx)\.py): [1-9]", result.stdout, re.M)
-    assert sorted(compiled) == sorted(p.name for p in compile_check.solution_files([]))
-    assert len(compiled) == 14
+    assert "skip p52_cute.py: does not declare sm_100a" in result.stdout
+    assert "skip p52_tirx.py: does not declare sm_100a" in result.stdout

@@ -74,3 +74,37 @@ def test_a_solution_that_compiles_no_kernel_fails(tmp_path: Path) -> None:
     result = _run(env, eager)
     assert result.returncode == 1
     assert "compiled no kernel" in result.stderr
+
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
+
+
+@pytest.mark.slow
+@needs_cute
+def test_a_b200_task_compiles_for_sm100a_and_names_wgmma_when_it_cannot(tmp_path: Path) -> None:
+    """p52 built for the B200: the Blackwell kernel (tcgen05) compiles for sm_100a, the Hopper
+    one (WGMMA) fails with a line naming the feature."""
+    env = build_task("p52", "cute", tmp_path, gpu="b200").path / "environment"
+    blackwell = _run(env, (SOLUTIONS / "variants" / "p52_cute_tcgen05.py").read_text())
+    assert blackwell.returncode == 0, blackwell.stdout + blackwell.stderr[-3000:]
+    assert "compile_check: OK, solution.py compiled for sm_100a" in blackwell.stdout
+    assert blackwell.stdout.count("  kernel ") == 2
+    hopper = _run(env, (SOLUTIONS / "p52_cute.py").read_text())
+    assert hopper.returncode == 1
+    assert (
+        "compile_check: FAILED for solution.py (cute, sm_100a): WGMMA (warpgroup MMA) is a "
+        "Hopper (sm_90a) feature: sm_100a does not have it (it has tcgen05 MMA (UMMA) with "
+        "TMEM instead)"
+    ) in hopper.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _installed("tvm"), reason="TVM is not installed (make install adds it)")
+def test_a_tirx_wgmma_kernel_fails_for_sm100a_naming_the_feature(tmp_path: Path) -> None:
+    """TIRx: the source asks for its device's arch (sm_90a without a GPU); compile_check
+    builds for the task's sm_100a and NVRTC refuses the wgmma instructions."""
+    env = build_task("p52", "tirx", tmp_path, gpu="b200").path / "environment"
+    result = _run(env, (SOLUTIONS / "p52_tirx.py").read_text())
+    assert result.returncode == 1
+    assert "wgmma" in result.stderr and "sm_100a" in result.stderr
+    assert "(tirx, sm_100a): WGMMA (warpgroup MMA) is a Hopper (sm_90a) feature" in result.stdout

@@ -1,6 +1,7 @@
 """The ``docs/launch.md`` page: shipped in every build, pointed to by the instruction, and its
-code compiles for sm_90a on the CPU (each block is run unstubbed up to where a GPU is needed:
-the arguments are accepted, then CUDA is missing)."""
+code, as rendered for the H200 and for the B200, compiles for that GPU's arch (sm_90a,
+sm_100a) on the CPU (each block is run unstubbed up to where a GPU is needed: the arguments are
+accepted, then CUDA is missing)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import pytest
 from engine.tasks import launch_guide
 from engine.tasks.builder import build_task
 from engine.tasks.dsls import dsl_info
+from problems.targets import TARGETS
 
 DSL_MODULES = {"cute": "cutlass.cute", "tirx": "tvm.script.tirx"}
 GPU_NEEDED = {"cute": "cudaErrorInsufficientDriver", "tirx": "Mismatched X.device_type"}
 
 # Runs one code block: import it, call scale() on CPU tensors, report how the call ended; for
-# TIRx also NVRTC-compile each built module's CUDA code for sm_90a (headers as compile_check
+# TIRx also NVRTC-compile each built module's CUDA code for the arch (headers as compile_check
 # finds them).
 HARNESS = """
 import importlib.util, sys
@@ -46,7 +48,7 @@ for _ in range(2):  # the second call takes the cached path
 for exe in built:
     from tvm.support import nvcc
     for dev in exe.mod.imports:
-        cubin = nvcc.compile_cuda(dev.inspect_source(), target_format="cubin", arch="sm_90a")
+        cubin = nvcc.compile_cuda(dev.inspect_source(), target_format="cubin", arch=sys.argv[3])
         print("CUBIN", len(cubin))
 """
 
@@ -75,24 +77,29 @@ def test_page_has_one_complete_module_and_the_measured_costs(dsl: str) -> None:
 def test_every_build_ships_the_page_and_the_instruction_names_it(tmp_path: Path, dsl: str) -> None:
     task = build_task("p36", dsl, tmp_path)
     docs = task.path / "environment" / "docs"
-    assert (docs / launch_guide.LAUNCH_GUIDE_FILE).read_text() == launch_guide.GUIDES[dsl]
+    page = (docs / launch_guide.LAUNCH_GUIDE_FILE).read_text()
+    assert page == launch_guide.render_launch_guide(dsl_info(dsl), TARGETS["h200"])
     assert f"({launch_guide.LAUNCH_GUIDE_FILE})" in (docs / "README.md").read_text()
     assert f"docs/{launch_guide.LAUNCH_GUIDE_FILE}" in (task.path / "instruction.md").read_text()
 
 
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
 @pytest.mark.parametrize("dsl", ["cute", "tirx"])
-def test_page_code_compiles_for_sm90a_and_its_call_reaches_the_gpu(
-    tmp_path: Path, dsl: str
+def test_page_code_compiles_for_the_gpus_arch_and_its_call_reaches_the_gpu(
+    tmp_path: Path, dsl: str, gpu: str
 ) -> None:
     if not _installed(DSL_MODULES[dsl]):
         pytest.skip(f"{DSL_MODULES[dsl]} is not installed here")
-    (code,) = launch_guide.guide_code(dsl)
+    arch = TARGETS[gpu].arch
+    (code,) = launch_guide.guide_code(dsl, TARGETS[gpu])
+    if dsl == "tirx":
+        assert f'"arch": "{arch}"' in code
     snippet = tmp_path / f"snippet_{dsl}.py"
     snippet.write_text(code)  # CuTe kernels must live in a real file
     env = {k: v for k, v in os.environ.items() if k != "CUDA_PATH"}
-    env["CUTE_DSL_ARCH"] = "sm_90a"
+    env["CUTE_DSL_ARCH"] = arch
     result = subprocess.run(
-        [sys.executable, "-c", HARNESS, dsl, str(snippet)],
+        [sys.executable, "-c", HARNESS, dsl, str(snippet), arch],
         cwd=Path(__file__).resolve().parents[2],
         env=env,
         capture_output=True,

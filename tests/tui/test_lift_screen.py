@@ -16,7 +16,8 @@ async def test_lift_tables_and_drill_down(make_app) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, LiftScreen)
                          and app.screen.report is not None, timeout=30)
         screen = app.screen
-        assert "PREVIEW" in plain(screen.query_one("#lift-banner", Static))
+        banner = plain(screen.query_one("#lift-banner", Static))
+        assert "PREVIEW" in banner and "graded on NVIDIA H200 (Hopper, sm_90a)" in banner
         lift = screen.query_one("#lift-table", DataTable)
         report = screen.report
         assert lift.row_count == len(report["lift"]) > 0

@@ -14,6 +14,7 @@ the ledger and the store's ``grading_jobs`` rows name the same job; a caller wit
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import time
@@ -96,7 +97,8 @@ class JobLedger:
         duplicate = Duplicate(key, dispatch, worker, feedback.verdict, entry.delivered)
         self.duplicates.append(duplicate)
         if self.sink is not None:
-            result = self.sink(duplicate)
-            if inspect.isawaitable(result):
-                await result
+            with contextlib.suppress(Exception):  # recording it must not stop the grading
+                result = self.sink(duplicate)
+                if inspect.isawaitable(result):
+                    await result
         return False

@@ -27,9 +27,10 @@ import heapq
 import itertools
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -72,14 +73,23 @@ class _Lane:
     host: str = ""
     gpu_name: str | None = None
     up: bool = False
-    job: _Job | None = None
+    jobs: list[_Job] = field(default_factory=list)  # handed to the actor, not yet answered
+    reviving: asyncio.Lock = field(default_factory=asyncio.Lock)
     restarts: int = 0
     completed: int = 0
+
+
+def refresh_ray_config() -> None:
+    """Make an already imported Ray read ``RAY_AUTH_MODE`` again (it reads it on import)."""
+    raylet = sys.modules.get("ray._raylet")
+    if raylet is not None:
+        raylet.Config.initialize("")
 
 
 def use_token_auth(options: RayOptions) -> None:
     """Turn token authentication on for this process (Ray reads it from the environment)."""
     os.environ["RAY_AUTH_MODE"] = "token"
+    refresh_ray_config()
     token = os.environ.get(options.token_env, "").strip()
     if token:
         os.environ["RAY_AUTH_TOKEN"] = token
@@ -139,7 +149,10 @@ class RayBackend:
                 raise RayUnavailable("the ray backend is closed")
             use_token_auth(self.options)
             self.ray = require_ray()
-            await asyncio.to_thread(self._connect)
+            if self.options.address == "local":  # starts a node: signal handlers, main thread
+                self._connect()
+            else:
+                await asyncio.to_thread(self._connect)
             count = await asyncio.to_thread(self._grader_count)
             actor_class = self.ray.remote(GraderActor).options(
                 num_gpus=1.0 / self.options.graders_per_gpu,
@@ -151,7 +164,8 @@ class RayBackend:
             self._ready = asyncio.Condition()
             for index in range(count):
                 self.lanes.append(_Lane(index, actor_class.remote(self.builder)))
-                self._spawn(self._lane_loop(self.lanes[-1]))
+                for _ in range(self.options.pipeline):
+                    self._spawn(self._lane_loop(self.lanes[-1]))
             self._spawn(self._watch_cluster())
             self._started = True
 
@@ -242,20 +256,23 @@ class RayBackend:
 
     # -- one lane per actor ----------------------------------------------------------------
     async def _lane_loop(self, lane: _Lane) -> None:
+        """One of the lane's ``pipeline`` workers: each holds one job of the lane at a time."""
         while not self._closed:
             if not lane.up:
-                await self._revive(lane)
+                async with lane.reviving:  # one worker revives; the others wait for it
+                    if not lane.up:
+                        await self._revive(lane)
                 continue
             job = await self._next()
             if self.ledger.dispatches(job.key) >= self.options.max_dispatches:
                 self._finish(job, self._lost_feedback(job))
                 continue
             dispatch = self.ledger.dispatch(job.key)
-            lane.job = job
+            lane.jobs.append(job)
             try:
                 await self._run(lane, job, dispatch)
             finally:
-                lane.job = None
+                lane.jobs.remove(job)
 
     async def _run(self, lane: _Lane, job: _Job, dispatch: int) -> None:
         """Hand ``job`` to ``lane``'s actor and wait for it, pinging the actor meanwhile."""
@@ -323,10 +340,12 @@ class RayBackend:
             )
         except TimeoutError:
             warmed = None
-        if isinstance(warmed, dict) and warmed.get("incarnation") == lane.incarnation:
-            lane.up = True
-        else:
-            await asyncio.sleep(self.options.heartbeat_s)
+        if isinstance(warmed, dict) and warmed.get("incarnation") != lane.incarnation:
+            await asyncio.sleep(self.options.heartbeat_s)  # restarted meanwhile: again
+            return
+        # warm, or its warm parent would not start: its gradings then say why (and the local
+        # backend starts the parent again, or grades cold)
+        lane.up = True
 
     # -- results ---------------------------------------------------------------------------
     async def _deliver(self, reply: dict[str, Any]) -> None:
@@ -391,7 +410,7 @@ class RayBackend:
             "gpus": float(self.cluster.get("gpus", 0.0)),
             "graders": len(self.lanes),
             "up": sum(1 for lane in self.lanes if lane.up),
-            "busy": sum(1 for lane in self.lanes if lane.job is not None),
+            "busy": sum(1 for lane in self.lanes if lane.jobs),
             "queued": sum(1 for _, _, job in self._heap if not job.future.done()),
             "completed": self.completed,
             "restarts": sum(lane.restarts for lane in self.lanes),

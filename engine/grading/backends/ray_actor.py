@@ -18,6 +18,7 @@ if the actor dies (SIGKILL, a lost node), since they lead sessions of their own.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -82,6 +83,7 @@ class GraderActor:
         self.incarnation = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.started_at = time.time()
         self.graded = 0
+        self.one_at_a_time = asyncio.Lock()  # one evaluation on this GPU at a time
         # a grader with child processes (the local backend's slots) gets a guard
         self.guard = OrphanGuard() if hasattr(self.backend, "slots") else None
         if self.guard is not None:
@@ -112,7 +114,8 @@ class GraderActor:
 
     async def grade(self, key: str, dispatch: int, request: dict[str, Any]) -> dict[str, Any]:
         try:
-            feedback = await self.backend.grade(GradeRequest.from_dict(request))
+            async with self.one_at_a_time:
+                feedback = await self.backend.grade(GradeRequest.from_dict(request))
         except Exception as exc:  # noqa: BLE001 - the grader's failure is an infrastructure error
             feedback = Feedback("error", "crash", f"grader actor: {type(exc).__name__}: {exc}")
         self.graded += 1

@@ -45,6 +45,9 @@ class RayOptions:
     heartbeat_s: float = 2.0  # how often a lane pings its busy actor
     lost_after_s: float = 10.0  # an actor that does not answer a ping this long is lost
     max_dispatches: int = 3  # hand-outs of one job before it ends as an infrastructure error
+    # jobs a grader holds at once: one grades, the others wait at the grader (as at an http
+    # grading service); 1 keeps every waiting job in the engine's queue for the first free one
+    pipeline: int = 1
     warm_timeout_s: float = 900.0  # a (re)started actor's warm parent must be ready by then
 
 
@@ -95,7 +98,7 @@ def check_table(table: Any, where: str, expect: Expect) -> None:
             f"{where}.resources.{name}",
             "must be a positive amount of a named resource",
         )
-    for key in ("graders_per_gpu", "graders", "max_dispatches"):
+    for key in ("graders_per_gpu", "graders", "max_dispatches", "pipeline"):
         if key in table:
             expect(_whole(table[key]), f"{where}.{key}", "must be a whole number ≥ 1")
     for key in ("heartbeat_s", "lost_after_s", "warm_timeout_s"):

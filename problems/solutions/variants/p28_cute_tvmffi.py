@@ -21,6 +21,8 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 EPS = 1e-5
 HIDDEN = 4096
 PER_LANE = HIDDEN // 32

@@ -15,6 +15,8 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 EPS = 1e-6
 ROWS_PER_CTA = 8
 THREADS = 32 * ROWS_PER_CTA

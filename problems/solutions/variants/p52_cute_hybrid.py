@@ -33,6 +33,8 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 GROUP = 128
 FP8_MAX = 448.0
 MIN_SCALE = 1e-12

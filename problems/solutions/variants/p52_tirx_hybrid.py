@@ -22,6 +22,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 GROUP = 128
 FP8_MAX = 448.0
 MIN_SCALE = 1e-12

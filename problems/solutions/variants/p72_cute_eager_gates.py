@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from cutlass.cute.runtime import from_dlpack
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 ROWS_PER_CTA = 4
 THREADS = 32 * ROWS_PER_CTA
 

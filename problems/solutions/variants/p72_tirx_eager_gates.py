@@ -19,6 +19,8 @@ import torch.nn.functional as F
 import tvm
 from tvm.script import tirx as T
 
+ARCHS = ("sm_90a", "sm_100a")  # architectures it is written for (problems/targets.py)
+
 ROWS_PER_CTA = 4
 
 

@@ -1,0 +1,45 @@
+"""The noise data of an experiment as the analysis reads it from the store: each attempt's
+repeated finals (runtimes, grading host, verdicts) and every stored A/A series of its problems
+(repeated finals of any experiment and ``mkb noise`` runs; ``storage/repeats.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from engine.analysis.noise import Series, check_time_source
+from engine.analysis.outcomes import ScoredAttempt
+
+VERDICT_CHANGED = "final_repeats.verdict_changed"  # a repeat's verdict differs from the final's
+
+
+def attach_repeats(
+    db: Any,
+    experiment_id: str,
+    rows: Sequence[ScoredAttempt],
+    attempt_ids: Sequence[int],
+    time: str = "e2e",
+) -> tuple[list[ScoredAttempt], list[Series]]:
+    """``rows`` (attempts ``attempt_ids``) with their repeats and hosts, and the series."""
+    from storage import repeats
+
+    field = check_time_source(time)
+    finals = repeats.experiment_finals(db, experiment_id)
+    out: list[ScoredAttempt] = []
+    for row, attempt_id in zip(rows, attempt_ids, strict=True):
+        graded = finals.get(attempt_id, [])
+        if not graded:
+            out.append(row)
+            continue
+        values = tuple(float(getattr(r, field)) for r in graded if r.passed and getattr(r, field))
+        flags = row.flags
+        if any(r.passed != row.passed for r in graded) and VERDICT_CHANGED not in flags:
+            flags = (*flags, VERDICT_CHANGED)
+        out.append(dataclasses.replace(row, repeats_ms=values, host=graded[0].host, flags=flags))
+    stored = repeats.problem_series(db, {r.problem for r in rows}, field)
+    series = [
+        Series(s["problem"], s["host"], tuple(s["values"]), s["key"], s["dsl"], s["preview"])
+        for s in stored
+    ]
+    return out, series

@@ -1,0 +1,114 @@
+"""Plain-text tables of the noise-aware lift and the A/A bands (``mkb analyze``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.analysis.text import share, text_table, title
+
+NO_BAND_HINT = (
+    "  no A/A band yet: grade a file several times with `mkb noise PROBLEM --dsl D IMPL`, "
+    "or set [grading] final_repeats >= 2"
+)
+
+
+def _pct(log_value: float | None) -> str:
+    """A log-ratio half-width as a ± percentage of the runtime."""
+    return "-" if log_value is None else f"±{100 * math.expm1(log_value):.1f}%"
+
+
+def noise_lift_lines(report: dict[str, Any]) -> list[str]:
+    noise = report.get("noise") or {}
+    rows = [
+        (
+            r["model"],
+            r["direction"],
+            r["family"],
+            r["n"],
+            share(r["help_rate"]),
+            share(r["harm_rate"]),
+            share(r["help_beyond_noise"]),
+            share(r["harm_beyond_noise"]),
+            share(r["within_noise"]),
+            r["unknown_noise"],
+            share(r["strict_help_within_noise"]),
+            share(r["strict_harm_within_noise"]),
+        )
+        for r in noise.get("lift", [])
+    ]
+    heading = (
+        f"Noise-aware lift ({noise.get('time', 'e2e')} runtimes; T/H strict as in the paper; "
+        "T>n/H>n beyond the A/A noise limit, verdict changes always beyond; ~n within noise; "
+        "no band: both pass but no A/A band; T~n/H~n: share of strict T/H within noise)"
+    )
+    return text_table(
+        title(heading, report["preview"]),
+        (
+            "model",
+            "direction",
+            "family",
+            "N",
+            "T",
+            "H",
+            "T>n",
+            "H>n",
+            "~n",
+            "no band",
+            "T~n",
+            "H~n",
+        ),
+        rows,
+        left=3,
+    )
+
+
+def band_lines(report: dict[str, Any]) -> list[str]:
+    bands = (report.get("noise") or {}).get("bands", [])
+    rows = [
+        (
+            b["problem"],
+            b["host"],
+            b["series"],
+            b["gradings"],
+            b["dof"],
+            "-" if b["sigma"] is None else f"{b['sigma']:.4f}",
+            _pct(b["aa_band"]),
+            _pct(b["limit_r1"]),
+            _pct(b["limit_r3"]),
+            "PREVIEW" if b["preview"] else "",
+        )
+        for b in bands
+    ]
+    heading = (
+        "A/A bands per problem and grading host (sigma: SD of log runtime within a file's "
+        "gradings; band: 95% of two gradings' ratio; limit: what |log rho| must exceed, "
+        "arms of 1 and of 3 repeats; none below 4 dof)"
+    )
+    lines = text_table(
+        title(heading, report["preview"]),
+        (
+            "problem",
+            "host",
+            "series",
+            "gradings",
+            "dof",
+            "sigma",
+            "A/A band",
+            "limit R=1",
+            "limit R=3",
+            "",
+        ),
+        rows,
+        left=2,
+    )
+    if not any(b["sigma"] is not None for b in bands):
+        lines.append(NO_BAND_HINT)
+    return lines
+
+
+def noise_lines(report: dict[str, Any]) -> list[str]:
+    """Both noise sections (when the report has them)."""
+    if "noise" not in report:
+        return []
+    return [*noise_lift_lines(report), *band_lines(report)]

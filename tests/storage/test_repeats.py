@@ -1,0 +1,77 @@
+"""The timing_repeats table: a repeat is graded once (done rows are never reopened), an error
+leaves it to be graded again, and the reads the analysis and the resume use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage import repeats, writes
+from storage.db import open_db
+
+
+@pytest.fixture
+def db(db_path: Path):  # noqa: ANN201 - a sqlite_utils Database
+    conn = open_db(db_path)
+    writes.create_experiment(conn, "e", "e")
+    yield conn
+    conn.conn.close()
+
+
+def fb(verdict: str, impl: float | None) -> dict[str, object]:
+    return {"verdict": verdict, "impl_median_ms": impl, "eager_median_ms": 1.0}
+
+
+START = {"kind": "noise", "problem_id": "p28", "dsl": "cute", "source": "x", "host": "h"}
+
+
+def test_a_done_repeat_is_never_reopened_and_an_error_is(db) -> None:  # noqa: ANN001
+    assert repeats.start_repeat(db, "noise:a", 1, **START)
+    assert repeats.finish_repeat(db, "noise:a", 1, fb("pass", 1.0))
+    assert not repeats.start_repeat(db, "noise:a", 1, **START)  # done: graded once
+    assert not repeats.finish_repeat(db, "noise:a", 1, fb("pass", 9.0))  # the first stands
+    assert repeats.record_repeat(db, "noise:a", 2, fb("error", None), **START)
+    assert repeats.done_repeats(db, "noise:a") == {1}  # an error is graded again
+    assert repeats.start_repeat(db, "noise:a", 2, **START)
+    assert repeats.finish_repeat(db, "noise:a", 2, fb("fail", None))
+    rows = repeats.series_rows(db, "noise:a")
+    assert [(r.repeat, r.state, r.passed, r.impl_median_ms) for r in rows] == [
+        (1, "done", True, 1.0),
+        (2, "done", False, None),
+    ]
+
+
+def test_series_of_problems_keep_only_passing_runtimes(db) -> None:  # noqa: ANN001
+    for k, (verdict, impl) in enumerate([("pass", 1.0), ("fail", None), ("preview", 1.1)], 1):
+        repeats.record_repeat(db, "noise:b", k, fb(verdict, impl), **START)
+    repeats.record_repeat(db, "noise:c", 1, fb("pass", 2.0), **{**START, "problem_id": "p36"})
+    (p28,) = repeats.problem_series(db, ["p28"])
+    assert p28["values"] == [1.0, 1.1] and p28["preview"] and p28["host"] == "h"
+    assert len(repeats.problem_series(db)) == 2 and repeats.problem_series(db, []) == []
+    with pytest.raises(ValueError, match="runtime column"):
+        repeats.problem_series(db, ["p28"], "source_hash")
+
+
+def test_attempts_missing_repeats_and_the_latest_try(db) -> None:  # noqa: ANN001
+    ids = []
+    for i in range(3):
+        aid = writes.ensure_attempt(
+            db, "e", f"k{i}", model="m", problem_id="p28", dsl="cute", arm="solo_cute"
+        )
+        writes.update_attempt(db, aid, state="finished", outcome="preview", tries=2)
+        ids.append(aid)
+    writes.update_attempt(db, ids[2], outcome="fail")  # failing finals are not repeated
+    start = {**START, "kind": "final", "experiment_id": "e"}
+    for k in (1, 2, 3):
+        repeats.record_repeat(
+            db, repeats.final_series(ids[0], 2), k, fb("pass", 1.0), **start, attempt_id=ids[0]
+        )
+    repeats.record_repeat(
+        db, repeats.final_series(ids[1], 1), 1, fb("pass", 5.0), **start, attempt_id=ids[1]
+    )  # an older try: not this one's
+    assert repeats.attempts_missing(db, "e", 3) == [ids[1]]
+    assert repeats.attempts_missing(db, "e", 1) == [ids[1]]
+    finals = repeats.experiment_finals(db, "e")
+    assert [r.repeat for r in finals[ids[0]]] == [1, 2, 3]
+    assert finals[ids[1]][0].impl_median_ms == 5.0  # its latest try with any repeats
