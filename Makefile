@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTHON_FOR_VENV := $(shell .ci/find-python)
 
-.PHONY: run test lint typecheck importlint install system-deps test-system-deps demo bench clean
+.PHONY: run test test-fast lint typecheck importlint install system-deps test-system-deps demo bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON_FOR_VENV)" || { echo "error: python3.12 or python3.13 is required (Harbor needs Python >= 3.12)"; exit 1; }
@@ -51,11 +51,35 @@ test-system-deps:
 run: $(STAMP) system-deps
 	$(VENV)/bin/mkb demo
 
+# The suite in two tiers (docs/architecture.md, "Tests"): `make test` runs all of it (what
+# .ci/run calls), `make test-fast` leaves out the tests marked slow. Both run the tests marked
+# serial (timing-sensitive) first, alone in one process, then the rest on TEST_WORKERS
+# pytest-xdist workers; tests that share a resource (a module's warm grader, a Ray cluster's
+# ports) carry an xdist_group and run on one worker (--dist loadgroup).
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'pytest\.mark\.serial' tests)
+# $(1): a marker expression ANDed to both runs; $(2): more options for the parallel run.
+# Both runs always happen; the recipe fails if either failed (exit 5, none selected, is fine).
+define run_tiers
+	@status=0; \
+	if [ -n "$(SERIAL_FILES)" ]; then \
+	  echo "+ pytest -m 'serial$(1)' (alone)"; \
+	  $(PYTEST) -m "serial$(1)" $(SERIAL_FILES) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
+	fi; \
+	echo "+ pytest -n $(TEST_WORKERS) --dist loadgroup -m 'not serial$(1)'"; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not serial$(1)" $(2) || status=$$?; \
+	exit $$status
+endef
+
 test: $(STAMP) system-deps test-system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -p no:cacheprovider --durations=12
+	$(call run_tiers,,--durations=12)
+
+test-fast: $(STAMP) system-deps
+	$(call run_tiers, and not slow,--durations=5)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -25,11 +25,10 @@ def make_backend(config: ExperimentConfig) -> GradingBackend:
         from engine.standins.simulated import SimulatedBackend
 
         return SimulatedBackend(**options)  # e.g. noise_cv: runtime noise per problem
-    from engine.grading.options import EvalConfig
+    from engine.grading.options import EvalConfig, from_config
 
     eval_config = EvalConfig(
-        kernel_audit=options.pop("kernel_audit", "report"),
-        warm_calls=options.pop("warm_calls", False),
+        **from_config(options),  # the contract's options (engine/grading/options.py)
         unsafe_no_jail=config.unsafe_no_jail,  # the same explicit choice covers grading
     )
     if config.grading == "local":

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine.grading.options import CONFIG_BACKENDS
+
 ENGINE_KEYS = ("final_repeats", "gpu")
 MAX_FINAL_REPEATS = 20
 BACKEND_KEYS: dict[str, tuple[str, ...]] = {
@@ -57,7 +59,7 @@ Expect = Callable[[bool, str, str], None]
 
 def allowed_keys(grading: str, contract_keys: tuple[str, ...]) -> tuple[str, ...]:
     """Every key ``[grading]`` may hold for this backend."""
-    contract = contract_keys if grading in ("local", "harbor") else ()
+    contract = contract_keys if grading in CONFIG_BACKENDS else ()
     return (*ENGINE_KEYS, *contract, *BACKEND_KEYS.get(grading, ()))
 
 

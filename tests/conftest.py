@@ -1,12 +1,27 @@
 """Shared fixtures: every test gets its own SQLite file and guide cache, and never touches
-./mkb-data or the user's cache."""
+./mkb-data or the user's cache. Also the suite's process settings and its xdist grouping."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# One CPU thread per torch process (set before anything imports torch; children inherit it).
+# torch's default, one spinning OpenMP thread per core, makes two xdist workers on two cores
+# fight: the catalog's smoke checks of three problems took 17 s of CPU with 2 threads, 8 s with 1.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked serial share one xdist group: with plain ``pytest -n N`` (no separate
+    serial run, see the Makefile) they at least never run beside each other."""
+    for item in items:
+        if item.get_closest_marker("serial") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.fixture(autouse=True)

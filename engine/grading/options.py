@@ -133,6 +133,9 @@ CONTRACT_OPTIONS: tuple[ContractOption, ...] = (
 )
 # the options the judge reads from its job, beyond the request itself
 JOB_OPTIONS = tuple(option.name for option in CONTRACT_OPTIONS)
+# the backends that grade with this host's judge, and so take the contract's options from
+# ``[grading]`` (an http grader sets its own with ``mkb grader serve``)
+CONFIG_BACKENDS = ("local", "harbor", "ray")
 DEFAULTS = EvalConfig()
 
 
@@ -172,9 +175,9 @@ def check_config(
             continue
         at = f"{where}.{option.name}"
         expect(
-            grading in ("local", "harbor"),
+            grading in CONFIG_BACKENDS,
             at,
-            "applies to local and harbor grading (an http grader sets its own with "
+            f"applies to {', '.join(CONFIG_BACKENDS)} grading (an http grader sets its own with "
             f"mkb grader serve {option.flag})",
         )
         expect(option.valid(options[option.name]), at, option.requirement)

@@ -76,7 +76,7 @@ def ensure_cuda_path():
 
 # tensor-core features one architecture has and the other lacks: (pattern, name, has, instead)
 FEATURES = {
-    "sm_90a": [(r"tcgen05|tmem|blackwell_helpers|sm100|umma", "tcgen05 MMA (UMMA) and TMEM",
+    "sm_90a": [(r"tcgen05|\btmem|blackwell_helpers|sm100|\bumma\b", "tcgen05 MMA (UMMA) and TMEM",
                 "Blackwell (sm_100a)", "WGMMA (warpgroup MMA)")],
     "sm_100a": [(r"wgmma|warpgroup|hopper_helpers|sm90_utils|expects arch to be sm_90a",
                  "WGMMA (warpgroup MMA)", "Hopper (sm_90a)", "tcgen05 MMA (UMMA) with TMEM")],

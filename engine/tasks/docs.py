@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -42,6 +43,14 @@ def _doc(obj: object) -> str:
     return text if len(text) <= MAX_DOC_CHARS else text[:MAX_DOC_CHARS] + "\n[…]"
 
 
+def _member(obj: object, name: str) -> object:
+    """``getattr(obj, name)`` without the DSL's deprecation warnings: listing every public
+    name reaches deprecated aliases too (``cutlass.utils.Band``), and listing one is no use."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return getattr(obj, name)
+
+
 def _is_namespace(obj: object, package: str) -> bool:
     """An instance (not a class, function or module) of a type from ``package`` that groups
     functions as attributes, e.g. TIRx's ``T.cuda`` and ``T.ptx``."""
@@ -60,7 +69,7 @@ def namespace_reference(path: str, obj: object, package: str, depth: int = 1) ->
     nested: list[tuple[str, object]] = []
     for name in sorted(n for n in dir(obj) if not n.startswith("_")):
         try:
-            member = getattr(obj, name)
+            member = _member(obj, name)
         except Exception:  # noqa: BLE001 - a lazy attribute that fails is left out
             continue
         if depth < NAMESPACE_DEPTH and _is_namespace(member, package):
@@ -80,7 +89,10 @@ def module_reference(module: ModuleType) -> str:
         lines += [_doc(module), ""]
     names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
     for name in sorted(set(names)):
-        obj = getattr(module, name, None)
+        try:
+            obj = _member(module, name)
+        except AttributeError:
+            continue
         if obj is None or inspect.ismodule(obj):
             continue
         if _is_namespace(obj, package):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -13,21 +14,19 @@ from engine.grading.judge.runner_proc import RunnerOptions, _alive, preload_modu
 
 
 def test_a_zombie_counts_as_exited_and_a_running_child_as_alive() -> None:
-    sleeper = os.fork()
-    if sleeper == 0:
-        time.sleep(30)
-        os._exit(0)
-    quitter = os.fork()
-    if quitter == 0:
-        os._exit(0)
+    # children by fork + exec (subprocess), not a bare os.fork() of the multi-threaded test
+    # process (DeprecationWarning: fork() of a multi-threaded process may deadlock the child)
+    sleeper_proc = subprocess.Popen(["sleep", "30"])
+    quitter_proc = subprocess.Popen(["true"])
+    sleeper, quitter = sleeper_proc.pid, quitter_proc.pid
     try:
         time.sleep(0.3)  # the quitter is a zombie now: exited, not yet reaped
         assert _alive(sleeper)
         assert not _alive(quitter)
     finally:
         os.kill(sleeper, signal.SIGKILL)
-        os.waitpid(sleeper, 0)
-        os.waitpid(quitter, 0)
+        sleeper_proc.wait()
+        quitter_proc.wait()
     assert not _alive(quitter)  # reaped: no such process
 
 

@@ -11,8 +11,9 @@ authentication on) through the real scheduler, store and ray backend.
    every job has exactly one stored result, duplicates are counted, recorded and dropped, and
    the run takes under 1.5× the fault-free one.
 
-The whole module (cluster start included) stays under 3 minutes and 3 GB (the peak of the
-summed proportional memory of this process and everything under it).
+The whole module (cluster start included) stays under 3 minutes, and the memory it adds under
+3 GB (the peak of the summed proportional memory of this process and everything under it,
+less this process's own before the cluster started).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from benchmarks.ray_local import (  # noqa: E402
 from engine.grading.judge.runner_proc import process_tree  # noqa: E402
 from storage.store import Store  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # its time and memory bounds: alone
 MAX_PEAK_MB = 3 * 1024
 GRADER_PROCESSES = ("engine.grading.parent.zygote", "orphan_guard", "bwrap", "/mkb-runner/")
 
@@ -62,6 +63,7 @@ class Watch:
 
     def __init__(self) -> None:
         self.peak_kb = 0
+        self.base_kb: int | None = None  # this process alone, before the cluster
         self.graders: dict[tuple[int, str], str] = {}  # (pid, start time) -> command line
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -81,6 +83,8 @@ class Watch:
                 if stat and any(p in cmd for p in GRADER_PROCESSES):
                     self.graders[(pid, stat[1])] = cmd[:120]
             self.peak_kb = max(self.peak_kb, total)
+            if self.base_kb is None:
+                self.base_kb = total
             self._stop.wait(0.5)
 
     def alive_graders(self) -> list[str]:
@@ -105,6 +109,8 @@ def cluster() -> Iterator[tuple[LocalRayCluster, Watch, float]]:
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     watch = Watch()
     watch.start()
+    while watch.base_kb is None:
+        time.sleep(0.05)
     started = time.perf_counter()
     local = LocalRayCluster(workers=3)
     local.start()
@@ -217,5 +223,6 @@ def test_faults_at_scale_every_job_stored_once(
     assert all(key.isdigit() for key in graded)  # keyed by the store's grading job ids
     assert hit["wall_s"] < 1.5 * calm["wall_s"], (hit["wall_s"], calm["wall_s"])
     assert watch.alive_graders() == []
-    assert watch.peak_kb < MAX_PEAK_MB * 1024, watch.peak_kb // 1024
+    # what the cluster and the graders add (in a full run this process holds other tests' data)
+    assert watch.peak_kb - (watch.base_kb or 0) < MAX_PEAK_MB * 1024, watch.peak_kb // 1024
     assert time.perf_counter() - started < 180, "the module took over 3 minutes"

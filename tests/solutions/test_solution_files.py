@@ -12,6 +12,8 @@ from benchmarks import check_solutions_gpu as check_gpu
 from engine.grading.rules.static import check_source
 from problems.registry import get
 from problems.solutions import compile_check
+from problems.targets import ARCHS as TARGET_ARCHS
+from problems.targets import declared_archs
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
 FILES = sorted(SOLUTIONS.glob("p[0-9][0-9]_*.py"))
@@ -103,3 +105,29 @@ def test_check_gpu_summary_keeps_the_verdict_fields() -> None:
     assert row["reason"] == "dsl.no_launch"
     assert row["wall_s"] == 1.2
     assert "extra" not in row
+
+
+# code that uses WGMMA (CuTe's warpgroup MMA and Hopper helpers, TIRx's wgmma intrinsics)
+HOPPER_ONLY = ("cute.nvgpu.warpgroup", "hopper_helpers", "T.ptx.wgmma", "T.cuda.wgmma")
+ALL_FILES = FILES + sorted((SOLUTIONS / "variants").glob("p[0-9][0-9]_*_*.py"))
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=[f.stem for f in ALL_FILES])
+def test_solution_declares_the_architectures_it_is_written_for(path: Path) -> None:
+    archs = declared_archs(path.read_text(encoding="utf-8"))
+    assert archs and set(archs) <= set(TARGET_ARCHS), archs
+    source = path.read_text(encoding="utf-8")
+    if any(use in source for use in HOPPER_ONLY):  # WGMMA does not exist on sm_100a
+        assert "sm_100a" not in archs
+
+
+def test_each_problem_and_dsl_has_a_solution_for_each_arch() -> None:
+    """On sm_100a, p52 has the tcgen05 CuTe variant and, in TIRx, only the hybrid variant
+    (TIRx quantization kernels, eager fp32 GEMM)."""
+    covered = {
+        (f.stem.split("_")[0], f.stem.split("_")[1], arch)
+        for f in ALL_FILES
+        for arch in declared_archs(f.read_text(encoding="utf-8")) or ()
+    }
+    wanted = {(f.stem.split("_")[0], f.stem.split("_")[1], a) for f in FILES for a in TARGET_ARCHS}
+    assert wanted - covered == set()

@@ -108,3 +108,18 @@ def test_a_tirx_wgmma_kernel_fails_for_sm100a_naming_the_feature(tmp_path: Path)
     assert result.returncode == 1
     assert "wgmma" in result.stderr and "sm_100a" in result.stderr
     assert "(tirx, sm_100a): WGMMA (warpgroup MMA) is a Hopper (sm_90a) feature" in result.stdout
+
+
+def test_the_failure_line_names_the_missing_feature_only_when_it_is_involved() -> None:
+    from engine.tasks.compile_check_script import render_compile_check_script
+
+    script: dict[str, object] = {"__name__": "compile_check", "__file__": "/w/bin/compile_check"}
+    exec(render_compile_check_script("sm_100a"), script)
+    diagnose = script["diagnose"]
+    assert callable(diagnose)
+    failure = "DSLUserCodeError: expects arch to be sm_90a, but got sm_100a"
+    assert diagnose("sm_100a", failure, "").startswith("WGMMA (warpgroup MMA) is a Hopper")
+    assert diagnose("sm_100a", "NameError: x", "a summary, no tensor cores") is None
+    assert diagnose("sm_90a", "NameError: x", "a summary, no tensor cores") is None
+    blackwell = diagnose("sm_90a", "NameError: x", "tmem = TmemAllocator(...)")
+    assert blackwell.startswith("(the file also uses tcgen05 MMA (UMMA) and TMEM")  # type: ignore[union-attr]

@@ -267,7 +267,15 @@ class LocalBackend:
             "warm": [bool(s.parent and s.parent.alive) for s in self.slots],
             "fell_back_to_cold": [s.label for s in self.slots if s.fell_back],
             "uptime_s": round(time.time() - self.started_at, 1),
+            "gpu_names": self.gpu_names(),
         }
+
+    def gpu_names(self) -> list[str]:
+        """The names of this grader's GPUs, in slot order (``[grading] gpu = "auto"`` reads
+        them through ``/status``)."""
+        from engine.targets import local_gpu_names
+
+        return local_gpu_names([int(s.label[3:]) for s in self.slots if s.label.startswith("gpu")])
 
     async def grade(self, request: GradeRequest) -> Feedback:
         opening = screen_request(request, self.config)

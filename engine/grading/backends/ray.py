@@ -3,8 +3,9 @@
 The engine connects to a Ray cluster (token authentication on), starts one
 :class:`~engine.grading.backends.ray_actor.GraderActor` per GPU (``num_gpus=1``, or a share
 of one with ``graders_per_gpu``; an optional custom resource pins them to a kind of host) and
-keeps its own FIFO queue of grading jobs. One lane per actor hands it one job at a time and
-awaits the call from the engine's asyncio loop; while a call is out, the lane pings the actor.
+keeps its own FIFO queue of grading jobs. One lane per actor hands it one job at a time
+(``pipeline`` at a time, the rest waiting at the actor, which grades one at a time) and awaits
+the call from the engine's asyncio loop; while a call is out, the lane pings the actor.
 
 Ray's delivery is at least once: an actor that dies is restarted (``max_restarts=-1``) and
 the call it held is run again on the new incarnation (``max_task_retries=-1``). The engine

@@ -10,10 +10,10 @@ grades through a grader built in its own process by a picklable builder:
   that slot's jailed runner, never in the Ray worker process.
 - a stand-in from :mod:`engine.standins` that the factory picked (tests, benchmarks).
 
-The local backend's single slot keeps the exclusive-timing rule: one evaluation timed at a
-time on this GPU, whatever number of calls Ray delivers at once. An orphan guard
-(:mod:`engine.grading.backends.orphan_guard`) kills the warm parent, its judges and runners
-if the actor dies (SIGKILL, a lost node), since they lead sessions of their own.
+A lock in the actor (and the local backend's single slot) keeps the exclusive-timing rule:
+one evaluation timed at a time on this GPU, whatever number of calls Ray delivers at once.
+An orphan guard (:mod:`engine.grading.backends.orphan_guard`) kills the warm parent, its
+judges and runners if the actor dies (SIGKILL, a lost node): they lead sessions of their own.
 """
 
 from __future__ import annotations

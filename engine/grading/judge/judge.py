@@ -107,7 +107,9 @@ class Judge:
             self.result["device"] = (
                 torch.cuda.get_device_name() if evaluation.cuda else "cpu (preview)"
             )
-            if not evaluation.cuda:
+            if evaluation.cuda:
+                check_target(self.result["device"], str(evaluation.job.get("source", "")))
+            else:
                 torch.set_num_threads(1)
             evaluation.phase("eager")
             start = _monotonic()
@@ -334,3 +336,14 @@ class Judge:
                     sys.stderr.write("--- the runner's output (untrusted) ---\n" + tail + "\n")
                     sys.stderr.flush()
                 proc.close()
+
+
+def check_target(device_name: str, source: str) -> None:
+    """Reject, before anything is timed, a solution whose ``ARCHS`` leave out this GPU's
+    architecture (``problems/targets.py``); a file without ``ARCHS`` passes."""
+    from problems.targets import target_for_device, undeclared_target
+
+    gpu = target_for_device(device_name)
+    why = undeclared_target(source, gpu) if gpu is not None else None
+    if why:
+        raise Rejected("target.undeclared_arch", why)

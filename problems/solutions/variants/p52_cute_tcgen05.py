@@ -181,8 +181,18 @@ class _Sm100BlockScaledGemm:
         self.shared_storage = SharedStorage
         grid = (cute.ceil_div(mD.shape[0], TILE_M), mD.shape[1] // TILE_N, 1)
         self.kernel(
-            tiled_mma, tma_a, tma_mA, tma_b, tma_mB, mSxT, mSw, mBias, mD, cluster_vmnk,
-            a_smem, b_smem,
+            tiled_mma,
+            tma_a,
+            tma_mA,
+            tma_b,
+            tma_mB,
+            mSxT,
+            mSw,
+            mBias,
+            mD,
+            cluster_vmnk,
+            a_smem,
+            b_smem,
         ).launch(grid=grid, block=[THREADS, 1, 1], cluster=(1, 1, 1))
 
     @cute.kernel
@@ -233,31 +243,13 @@ class _Sm100BlockScaledGemm:
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
-        # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK) code tiles
-        gA = cute.local_tile(mA, (TILE_M, TILE_K), (None, None))
-        gB = cute.local_tile(mB, (TILE_N, TILE_K), (None, None))
-        thr_mma = tiled_mma.get_slice(0)
-        tAsA, tAgA = cpasync.tma_partition(
-            tma_a,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sA, 0, 3),
-            cute.group_modes(thr_mma.partition_A(gA), 0, 3),
-        )
-        tBsB, tBgB = cpasync.tma_partition(
-            tma_b,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sB, 0, 3),
-            cute.group_modes(thr_mma.partition_B(gB), 0, 3),
-        )
-        tAgA = tAgA[(None, m_blk, None)]
-        tBgB = tBgB[(None, n_blk, None)]
+        tAsA, tAgA = self.tma_tiles(tiled_mma, tma_a, mA, sA, m_blk, True)
+        tBsB, tBgB = self.tma_tiles(tiled_mma, tma_b, mB, sB, n_blk, False)
         tCrA = tiled_mma.make_fragment_A(sA)
         tCrB = tiled_mma.make_fragment_B(sB)
         acc_shape = tiled_mma.partition_shape_C(self.mma_tiler[:2])
         acc_layout = tiled_mma.make_fragment_C(cute.append(acc_shape, ACC_STAGES)).layout
-        k_tiles = cute.size(gA, mode=[3])
+        k_tiles = cute.size(tAgA, mode=[1])
 
         tmem.allocate(TMEM_COLS)
         tmem.wait_for_alloc()
@@ -273,6 +265,20 @@ class _Sm100BlockScaledGemm:
         tmem.relinquish_alloc_permit()
         pipeline.NamedBarrier(barrier_id=2, num_threads=THREADS).arrive_and_wait()
         tmem.free(tCtAcc.iterator)
+
+    def tma_tiles(self, tiled_mma, tma, mX, sX, blk, is_a):
+        """(smem stages, this tile's K blocks in global) of one operand, partitioned for TMA."""
+        gX = cute.local_tile(mX, (TILE_M, TILE_K), (None, None))  # (128, 128, RestMN, RestK)
+        thr_mma = tiled_mma.get_slice(0)
+        tCgX = thr_mma.partition_A(gX) if is_a else thr_mma.partition_B(gX)
+        tXsX, tXgX = cpasync.tma_partition(
+            tma,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sX, 0, 3),
+            cute.group_modes(tCgX, 0, 3),
+        )
+        return tXsX, tXgX[(None, blk, None)]
 
     @cute.jit
     def load(self, ab_pipe, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k_tiles):
@@ -293,7 +299,7 @@ class _Sm100BlockScaledGemm:
         ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, AB_STAGES)
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
         k_blocks = cute.size(tCrA, mode=[2])
-        for kt in cutlass.range(k_tiles, unroll=1):
+        for _kt in cutlass.range(k_tiles, unroll=1):
             acc_pipe.producer_acquire(acc_state)
             ab_pipe.consumer_wait(ab_state)
             acc = tCtAcc[(None, None, None, acc_state.index)]
