@@ -54,9 +54,10 @@ run: $(STAMP) system-deps
 # The suite in two tiers (docs/architecture.md, "Tests"): `make test` runs all of it (what
 # .ci/run calls), `make test-fast` leaves out the tests marked slow. Both run the tests marked
 # serial (timing-sensitive) first, alone in one process, then the rest on TEST_WORKERS
-# pytest-xdist workers; tests that share a resource (a module's warm grader, a Ray cluster's
+# pytest-xdist workers (3 on 2 cores: the suite waits on child processes about half of the
+# time, so 2 workers left the cores 45 % busy); tests that share a resource (a module's warm grader, a Ray cluster's
 # ports) carry an xdist_group and run on one worker (--dist loadgroup).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'pytest\.mark\.serial' tests)
 # $(1): a marker expression ANDed to both runs; $(2): more options for the parallel run.

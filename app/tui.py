@@ -303,7 +303,7 @@ class MkbApp(App[int]):
             return None
         gate = engine.gate
         line = f"grading {gate.in_flight}/{gate.slots} busy, {gate.waiting} waiting"
-        if engine.config.grading == "ray":  # the cluster: nodes, GPUs, graders, restarts
+        if getattr(getattr(engine, "config", None), "grading", None) == "ray":  # the cluster: nodes, GPUs, graders, restarts
             from engine.events import RayStatus
 
             line += " · ray " + RayStatus.from_status("", engine.backend.status()).summary

@@ -42,3 +42,22 @@ def store(db_path: Path) -> Iterator[object]:
     s = Store(db_path)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``mkb demo --headless`` run once per test process (about a minute of this machine's
+    two cores): its store and what it printed. Tests that read it carry
+    ``xdist_group("demo")`` so they share one run; a test that writes copies the store first."""
+    import contextlib
+    import io
+
+    from app.cli import main
+
+    path = tmp_path_factory.mktemp("demo") / "demo.sqlite"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["demo", "--headless", "--db", str(path)])
+    assert code == 0, printed.getvalue()[-2000:]
+    return path, printed.getvalue()
+

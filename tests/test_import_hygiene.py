@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,6 +22,7 @@ def _modules(package: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_headless_packages_do_not_load_textual() -> None:
     modules = [m for pkg in ("engine", "storage", "problems") for m in _modules(pkg)]
     assert "storage.db" in modules and "problems.registry" in modules

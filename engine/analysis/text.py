@@ -60,8 +60,7 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     """Which experiment, how it was graded, exclusion rules and coverage."""
     exp = report.get("experiment") or {}
     if exp.get("id"):
-        graded = f", graded on {exp['gpu']}" if exp.get("gpu") else ""
-        lines = [f"Experiment {exp.get('name') or '-'} (id {exp['id']}){graded}"]
+        lines = [f"Experiment {exp.get('name') or '-'} (id {exp['id']})"]
     else:
         lines = ["Experiment: none named (outcomes from a file, or an empty database)"]
     lines.append(
@@ -70,6 +69,8 @@ def header_lines(report: dict[str, Any]) -> list[str]:
         if report["preview"]
         else "Grading: scored"
     )
+    if exp.get("gpu"):
+        lines.append(f"Graded on {exp['gpu']}")
     flags = report["exclusion"]["fail_flags"]
     if flags:
         lines.append("Exclusion: attempts flagged " + ", ".join(flags) + " scored as failing")

@@ -95,6 +95,7 @@ def test_analyze_prints_the_noise_aware_table_labelled_preview(
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a wall-clock bound (2 s): alone, not beside another worker
 def test_mkb_power_answers_from_a_pilot_store_in_under_two_seconds(
     pilot_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 VAR = "LITELLM_LOCAL_MODEL_COST_MAP"
 CONFIG = """\
@@ -59,6 +61,7 @@ def python(code: str, *args: str, env: dict[str, str], cwd: Path) -> subprocess.
     )
 
 
+@pytest.mark.slow
 def test_the_cli_uses_litellms_bundled_price_map_unless_asked(tmp_path: Path) -> None:
     code = (
         f"import os, sys; sys.path.insert(0, {str(ROOT)!r}); from app.cli import main; "
@@ -74,6 +77,7 @@ def test_the_cli_uses_litellms_bundled_price_map_unless_asked(tmp_path: Path) ->
     assert "VALUE False" in asked.stdout  # a user who wants a fresh map gets it
 
 
+@pytest.mark.slow
 def test_third_party_warnings_go_to_the_log_not_the_progress_output(tmp_path: Path) -> None:
     config = tmp_path / "noisy.toml"
     config.write_text(CONFIG)

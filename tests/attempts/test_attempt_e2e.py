@@ -44,6 +44,7 @@ def _spec(tmp_path: Path, server: ScriptedLLMServer, model: str, **kwargs) -> At
     )
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_solo_attempt_submits_gets_feedback_writes_skill(tmp_path: Path) -> None:
     scenario = Scenario.load("p28_solo", {"dsl": "cute"})
@@ -96,6 +97,7 @@ async def test_solo_attempt_submits_gets_feedback_writes_skill(tmp_path: Path) -
             assert b"sk-test-123" not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_skill_conditioned_attempt_sees_the_source_skill(tmp_path: Path) -> None:
     skill = "# p28 notes\n\n- Verified: float32 accumulation, one final rounding (2/2 draws).\n"
@@ -115,6 +117,7 @@ async def test_skill_conditioned_attempt_sees_the_source_skill(tmp_path: Path) -
     assert "TIRx, after prior notes" in (outcome.skill or "")
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_two_attempts_run_concurrently_in_separate_sandboxes(tmp_path: Path) -> None:
     scenarios = {
@@ -162,6 +165,7 @@ async def test_blank_or_missing_source_skill_skips_the_treatment(tmp_path: Path)
     assert not (tmp_path / "task").exists()  # nothing was built or run
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_faults_are_recorded_and_the_attempt_ends_cleanly(tmp_path: Path) -> None:
     scenario = Scenario.load(FIXTURES / "faults.toml")
@@ -209,6 +213,7 @@ async def test_a_sandbox_that_fails_to_start_is_retried_then_fails(tmp_path: Pat
     assert len(outcome.trial_dirs) == 3 and all(Path(d).is_dir() for d in outcome.trial_dirs)
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_early_stop_collects_and_evaluates(tmp_path: Path) -> None:
     stop = asyncio.Event()
@@ -231,6 +236,7 @@ async def test_early_stop_collects_and_evaluates(tmp_path: Path) -> None:
     assert result["exception_info"]["exception_type"] == "CancelledError"
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_waiting_for_feedback_counts_against_the_budget(tmp_path: Path) -> None:
     backend = CpuPreviewBackend(submission_delay_s=30, raise_final=2)
@@ -251,6 +257,7 @@ async def test_waiting_for_feedback_counts_against_the_budget(tmp_path: Path) ->
     assert "ConnectionError" in retries[0]["message"]
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_a_grader_that_keeps_failing_fails_the_final_evaluation(tmp_path: Path) -> None:
     observer = MemoryObserver()
@@ -323,6 +330,7 @@ async def test_an_endpoint_that_is_down_fails_the_attempt(tmp_path: Path) -> Non
     assert "Connection" in (outcome.error or "")
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_attempt_with_the_local_grading_backend(tmp_path: Path) -> None:
     local = pytest.importorskip("engine.grading.backends.local")
@@ -340,6 +348,7 @@ async def test_attempt_with_the_local_grading_backend(tmp_path: Path) -> None:
     assert not outcome.final_feedback.scored_pass
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_a_scenario_in_the_model_extras_serves_a_scripted_model(tmp_path: Path) -> None:
     observer = MemoryObserver()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from attempts_support import MODEL_INFO, needs_namespaces
 from cpu_backend import CpuPreviewBackend
 
@@ -216,6 +217,7 @@ def _replies(timeline: list[tuple[str, Any]]) -> list[tuple[int, list[ReplyDelta
     return out
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_an_attempt_streams_each_reply_before_its_step(tmp_path: Path) -> None:
     scenario = Scenario.load("p28_solo", {"dsl": "cute"})
@@ -242,6 +244,7 @@ async def test_an_attempt_streams_each_reply_before_its_step(tmp_path: Path) -> 
     assert max(len(deltas) for _, deltas, _ in replies) >= 3  # reported as it grew
 
 
+@pytest.mark.slow
 @needs_namespaces
 async def test_an_attempt_on_an_api_that_cannot_stream_still_runs(tmp_path: Path) -> None:
     scenario = Scenario.load("p28_solo", {"dsl": "cute"})

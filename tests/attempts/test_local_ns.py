@@ -41,6 +41,7 @@ def _env(tmp_path: Path, **kwargs) -> LocalNamespaceEnvironment:
     )
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.parametrize("unsafe", [False, True], ids=["jail", "unsafe-no-jail"])
 async def test_isolation_transfer_and_cleanup(tmp_path: Path, unsafe: bool) -> None:

@@ -51,6 +51,7 @@ def _write(folder: Path, source: bytes) -> None:
         (folder / "problems" / rel).write_bytes(data)
 
 
+@pytest.mark.slow
 def test_every_problem_runs_from_its_vendored_helpers_alone(tmp_path: Path) -> None:
     folders = []
     for problem in registry.catalog():

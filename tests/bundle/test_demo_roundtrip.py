@@ -4,6 +4,7 @@ verdict, and a copy of the bundle with one flipped byte is refused."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,15 +16,19 @@ from storage.db import open_db
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("demo")  # shares one demo run with tests/engine/test_demo.py
 @pytest.mark.skipif(
     namespace_support_problem() is not None,
     reason=f"local namespace sandbox unavailable: {namespace_support_problem()}",
 )
 def test_demo_export_verify_regrade_agrees_on_every_verdict(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], demo_store: tuple[Path, str]
 ) -> None:
     demo, bundle, out = tmp_path / "demo.sqlite", tmp_path / "demo.mkb", tmp_path / "rg.sqlite"
-    assert main(["demo", "--headless", "--db", str(demo)]) == 0
+    source, copy = sqlite3.connect(demo_store[0]), sqlite3.connect(demo)
+    source.backup(copy)  # the shared demo store stays as the demo left it
+    source.close()
+    copy.close()
     assert main(["bundle", "export", "demo", "--db", str(demo), "--out", str(bundle)]) == 0
     assert main(["bundle", "verify", str(bundle)]) == 0
     flipped = tmp_path / "flipped.mkb"

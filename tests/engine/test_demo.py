@@ -7,21 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
 from engine.sandbox.local_ns import namespace_support_problem
 from storage import queries
 from storage.db import open_db
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("demo")  # shares one demo run with the bundle round trip
 @pytest.mark.skipif(namespace_support_problem() is not None,
                     reason=f"local namespace sandbox unavailable: {namespace_support_problem()}")
 def test_demo_headless_leaves_eight_attempts_and_both_directions(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    demo_store: tuple[Path, str],
 ) -> None:
-    db_path = tmp_path / "demo.sqlite"
-    assert main(["demo", "--headless", "--db", str(db_path)]) == 0
-    out = capsys.readouterr().out
+    db_path, out = demo_store
     assert "PREVIEW" in out
     db = open_db(db_path, readonly=True)
     attempts = queries.attempts_for_experiment(db, "demo")

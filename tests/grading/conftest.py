@@ -22,6 +22,16 @@ SUITE_CONFIG = dict(
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test here that grades through ``grade`` (a real judge and jailed runner per call) is
+    slow: `make test-fast` leaves it out, and no worker starts the warm backend for it."""
+    here = Path(__file__).parent
+    for item in items:
+        if "grade" in getattr(item, "fixturenames", ()) and item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def grade() -> Iterator[Callable[..., Feedback]]:
     """Grade a source with a warm local CPU-preview backend (one slot, forked children)."""

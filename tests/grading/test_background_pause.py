@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from engine.grading.judge.job import Channel
 from engine.grading.parent.supervise import Limits
 from engine.grading.parent.zygote import (
@@ -66,6 +68,10 @@ def test_quiet_phases_stop_the_whole_tree_and_the_others_let_it_go() -> None:
         parent.wait()
 
 
+# the stand-in judge must be a forked child running Python, as the zygote's judges are; it only
+# writes to a pipe, sleeps and reads /proc, so the threads the test process may hold (other
+# tests' stores) cannot deadlock it: the fork-with-threads warning says nothing here
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_the_judge_times_calls_while_what_was_started_ahead_is_stopped(tmp_path: Path) -> None:
     spare, spare_child = start_tree()
     nonce = "n" * 32

@@ -14,6 +14,9 @@ from engine.grading.backends.local import LocalBackend
 from engine.grading.options import EvalConfig
 from engine.grading.parent.supervise import REPO_ROOT
 
+# slow: real gradings; one xdist group: the module's own warm backend starts once, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dsl_checks")]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = sorted((FIXTURES / "dsl").glob("*.py"))
 

@@ -15,6 +15,9 @@ import pytest
 
 from engine.grading.runner import dsl_hooks
 
+# slow: DSL kernels compiled; one xdist group: the module's two probes run once, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dsl_launch_paths")]
+
 PROBE = Path(__file__).parent / "fixtures" / "dsl_paths" / "probe.py"
 COUNTED = {"plain": {"hooked": 2, "real": 2}, "bypass": {"hooked": 1, "real": 0}}
 

@@ -107,6 +107,7 @@ def test_usage_errors_exit_two(args: tuple[str, ...]) -> None:
     assert "mkb: error:" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("modules", "forbidden"),
     [

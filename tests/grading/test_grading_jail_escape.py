@@ -23,6 +23,9 @@ from tests.grading.conftest import SUITE_CONFIG
 from tests.grading.escape_probes import PROBES, probe_source, probes
 from tests.grading.escape_probes import canaries as planted_canaries
 
+# slow: real gradings; one xdist group: the module's unjailed backend starts once, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("grading_jail_escape")]
+
 
 @pytest.fixture(scope="module")
 def canaries() -> Iterator[dict[str, str]]:

@@ -58,6 +58,7 @@ async def test_health_is_open_status_and_grade_need_the_token(server: str) -> No
             assert resp.status == 400
 
 
+@pytest.mark.slow
 async def test_client_grades_through_the_service(server: str) -> None:
     client = HttpBackend([server], token=TOKEN)
     try:
@@ -72,6 +73,7 @@ async def test_client_grades_through_the_service(server: str) -> None:
         await client.close()
 
 
+@pytest.mark.slow
 async def test_pool_skips_dead_and_full_hosts(server: str) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     full_backend = LocalBackend(gpus=None, preload_dsls=False)

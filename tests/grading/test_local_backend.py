@@ -30,6 +30,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 async def test_two_slots_run_concurrently_and_the_third_waits() -> None:
     backend = LocalBackend(
         gpus=None,
@@ -55,6 +56,7 @@ async def test_two_slots_run_concurrently_and_the_third_waits() -> None:
         await backend.close()
 
 
+@pytest.mark.slow
 async def test_dead_warm_parent_is_replaced_and_its_child_killed() -> None:
     backend = LocalBackend(
         gpus=None,
@@ -122,6 +124,7 @@ async def test_child_that_cannot_start_falls_back_to_a_cold_worker(tmp_path: Pat
         await backend.close()
 
 
+@pytest.mark.slow
 async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
     tmp_path: Path,
 ) -> None:

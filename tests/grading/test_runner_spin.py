@@ -18,6 +18,10 @@ from engine.grading.parent.evaluate import make_job
 from engine.grading.runner.channel import spin_until_readable
 from engine.grading.runner.loop import MAX_WARM_S, Runner
 
+# serial: the spin tests bound wall time to tens of milliseconds; a busy core beside them
+# (another xdist worker) can stretch that, so they run alone
+pytestmark = pytest.mark.serial
+
 
 def test_spin_returns_false_after_its_budget_when_nothing_comes() -> None:
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

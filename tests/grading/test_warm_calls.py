@@ -17,6 +17,9 @@ from engine.grading.options import PREVIEW_COUNTS, EvalConfig
 from engine.grading.parent.evaluate import make_job
 from tests.grading.conftest import SUITE_CONFIG
 
+# slow: real gradings; one xdist group: the module's own warm backend starts once, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("warm_calls")]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 WARMUP, TIMED = PREVIEW_COUNTS[1], PREVIEW_COUNTS[2]
 

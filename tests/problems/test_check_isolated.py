@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from problems.check import select
 from problems.check_isolated import check_in_child, child_command
 from problems.check_report import CheckOptions
 
 
+@pytest.mark.slow
 def test_child_report_matches_the_in_process_report() -> None:
     from problems.check import check_problem
 
@@ -19,6 +22,7 @@ def test_child_report_matches_the_in_process_report() -> None:
     assert child.path == str(problem.path)
 
 
+@pytest.mark.slow
 def test_a_child_that_cannot_report_becomes_the_problems_error(tmp_path) -> None:
     problem = select(["p28"]).problems[0]
     opts = CheckOptions(device="no-such-device", scale="smoke", draws=2)
@@ -62,6 +66,7 @@ def test_children_run_side_by_side_and_a_starved_one_runs_again_alone() -> None:
     assert calls[-1] == ("p36", 1)  # ... alone
 
 
+@pytest.mark.slow
 def test_jobs_on_the_command_line_check_each_problem_in_a_child(capsys) -> None:
     from problems.check import main
 

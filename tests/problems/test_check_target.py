@@ -16,6 +16,7 @@ from problems.sol import sol_estimate
 from problems.targets import TARGETS
 
 
+@pytest.mark.slow
 def test_live_bytes_counts_storages_once_and_frees_them() -> None:
     with FakeTensorMode(), _LiveBytes() as counter:
         a = torch.empty(1000, dtype=torch.float64)  # 8,000 bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from app.cli import main
@@ -39,6 +40,7 @@ def test_device_redirect_moves_cuda_draws_to_cpu():
         assert torch.ones(1).to("cuda").device.type == "cpu"
 
 
+@pytest.mark.slow
 def test_same_when_the_maths_agree_with_both_generators():
     row = _row("p28")
     assert row.verdict == "same", row
@@ -112,6 +114,7 @@ def test_catalog_rows_and_exports_cover_missing_problems():
     assert format_csv(rows).splitlines()[2].startswith("p28,fused_add_rmsnorm")
 
 
+@pytest.mark.slow
 def test_cli_exports_json(tmp_path, capsys):
     out = tmp_path / "fidelity.json"
     code = main(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from problems.fidelity import (
     FidelityOptions,
     _our_scale,
@@ -70,6 +72,7 @@ def test_upstream_shape_asserts_skip_our_smoke_run(tmp_path):
     assert theirs.verdict == "same" and row.verdict == "same"
 
 
+@pytest.mark.slow
 def test_an_assert_at_full_scale_is_still_an_error(tmp_path):
     path = _variant(
         tmp_path,

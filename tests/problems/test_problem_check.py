@@ -28,6 +28,7 @@ def test_toy_problem_passes_every_check(write_problem):
     assert "dropped_term" in mutants.detail.split(";")[0]
 
 
+@pytest.mark.slow
 def test_p28_passes():
     path = next(p for p in problem_files() if p.name.startswith("p28_"))
     report = check_problem(load_problem(path), CheckOptions())
@@ -194,6 +195,7 @@ def test_discrete_disagreement_is_reported(write_problem):
     assert "grid" in detail and "differ" in detail
 
 
+@pytest.mark.slow
 def test_cli_json_and_exit_codes(write_problem, capsys):
     good, bad = write_problem(), write_problem({'OUTPUTS = ("out",)': 'OUTPUTS = ("a", "b")'})
     assert check.main([str(good), "--json", "--discrete-draws", "4"]) == 0

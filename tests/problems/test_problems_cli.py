@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.cli import main
 from problems.check import select
 
@@ -61,6 +63,7 @@ def test_show_unknown_problem_is_usage_error(capsys):
     assert "unknown problem" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_check_passes_p28_and_fails_broken_file(write_problem, capsys):
     assert main(["problems", "check", "p28"]) == 0
     assert "PASS" in capsys.readouterr().out

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from engine.rubric.annotate import Annotator, annotate
 from engine.rubric.model import default_rubric
 from engine.standins.scripted_llm import SCENARIO_DIR, Scenario, ScriptedLLMServer
@@ -24,6 +26,7 @@ def failures(store: Store) -> list[dict[str, object]]:
             if e.kind == "annotation_failed"]
 
 
+@pytest.mark.slow
 async def test_skill_labels_from_two_annotators(experiment_db: tuple[Path, str]) -> None:
     path, experiment = experiment_db
     rubric = default_rubric()
@@ -71,6 +74,7 @@ async def test_rerun_skips_labelled_items(experiment_db: tuple[Path, str]) -> No
             assert forced.done == first.done and len(llm.requests) == 2 * calls
 
 
+@pytest.mark.slow
 async def test_refusals_and_errors_are_recorded_not_fatal(
         experiment_db: tuple[Path, str]) -> None:
     path, experiment = experiment_db

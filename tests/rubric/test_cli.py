@@ -22,6 +22,7 @@ def server(*names: str) -> ScriptedLLMServer:
     return ScriptedLLMServer({s.name: s for s in scenarios})
 
 
+@pytest.mark.slow
 async def test_annotate_then_report(experiment_db: tuple[Path, str], capsys,  # type: ignore[no-untyped-def]
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     path, experiment = experiment_db

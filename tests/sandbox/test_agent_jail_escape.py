@@ -65,6 +65,7 @@ async def _sh(env, command: str, timeout: int = 60):  # type: ignore[no-untyped-
     return await env.exec(command, timeout_sec=timeout)
 
 
+@pytest.mark.slow
 async def test_host_files_cannot_be_read(host: Host, started: EnvFactory) -> None:
     env = await started()
     assert (await _sh(env, "cat /workspace/hello.txt")).stdout == "from the task\n"

@@ -94,6 +94,7 @@ def test_grader_image_pins_both_dsls_and_serves() -> None:
     assert "CUDA_PATH=" in " ".join(rest for kw, rest in steps if kw == "ENV")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dsl", sorted(DSLS))
 def test_docs_step_runs_from_the_copied_files_alone(dsl: str, tmp_path: Path) -> None:
     path = DOCKER / f"sandbox-{dsl}.Dockerfile"

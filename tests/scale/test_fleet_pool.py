@@ -41,6 +41,7 @@ async def live() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
+@pytest.mark.slow
 async def test_a_failed_host_cools_down_while_the_live_one_is_busy(live: str) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     fleet = FleetBackend([dead, live], TOKEN, tries=1, cooldown_s=30.0)
@@ -77,6 +78,7 @@ async def test_a_failed_host_cools_down_while_the_live_one_is_busy(live: str) ->
         await plain.close()
 
 
+@pytest.mark.slow
 async def test_a_request_that_failed_on_a_host_is_retried_elsewhere(live: str) -> None:
     """The engine retries a grading with the same request id; once the dead host's cooldown
     has expired it is the idlest host again, but not for that request (the fleet test lost a
@@ -100,6 +102,7 @@ async def test_a_request_that_failed_on_a_host_is_retried_elsewhere(live: str) -
         await fleet.close()
 
 
+@pytest.mark.slow
 async def test_monitor_reports_queue_depth_and_utilisation(live: str) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     pool = FleetBackend([live, dead], TOKEN)

@@ -17,6 +17,7 @@ rule, also with a block accumulator that keeps only 13 mantissa bits after each 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.solutions.p52_emulation import ACC_BITS, GROUP, K_STEP, SHAPES, check_emulation
@@ -92,6 +93,7 @@ def test_fragment_covers_the_tile_once() -> None:
     assert torch.equal(rows, torch.where(((i // 2) % 2 == 1)[None], rows[:, 2:3], rows[:, 0:1]))
 
 
+@pytest.mark.slow
 @SHAPES
 @ACC_BITS
 def test_emulation_matches_reference(shape, acc_bits):

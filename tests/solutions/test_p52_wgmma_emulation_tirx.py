@@ -36,6 +36,7 @@ def emulate(x, w_codes, w_scales, bias, acc_bits=None):
     return codes, scale, out
 
 
+@pytest.mark.slow
 @SHAPES
 @ACC_BITS
 def test_emulation_matches_reference(shape, acc_bits):

@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = REPO / "tests/grading/fixtures/honest/p28_plain.py"
 
 
+@pytest.mark.slow
 def test_right_wrong_and_hanging_files_each_get_their_row(tmp_path: Path) -> None:
     right = tmp_path / "p28_cute.py"
     shutil.copy(PLAIN, right)

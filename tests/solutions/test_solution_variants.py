@@ -90,6 +90,7 @@ print(type(next(iter(solution._CACHE.values()))).__name__)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed("cutlass.cute"), reason="CuTe DSL is not installed here")
 def test_p36_tvmffi_call_accepts_solve_arguments_up_to_the_gpu() -> None:
     """Unstubbed: TVM-FFI checks every argument before it needs CUDA, so on a CPU the call

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = REPO / "tests/grading/fixtures/honest/p28_plain.py"
 
 
+@pytest.mark.slow
 def test_profile_rows_on_cpu(tmp_path: Path) -> None:
     honest = tmp_path / "p28_cute.py"
     shutil.copy(PLAIN, honest)

@@ -55,6 +55,7 @@ def test_every_build_ships_compile_check_and_names_it(tmp_path: Path, dsl: str) 
     assert "`compile_check`" in (task.path / "instruction.md").read_text()
 
 
+@pytest.mark.slow
 @needs_cute
 def test_a_compile_error_fails_with_the_traceback(tmp_path: Path) -> None:
     env = build_task("p28", "cute", tmp_path).path / "environment"
@@ -67,6 +68,7 @@ def test_a_compile_error_fails_with_the_traceback(tmp_path: Path) -> None:
     assert "undefined_name" in result.stderr
 
 
+@pytest.mark.slow
 @needs_cute
 def test_a_solution_that_compiles_no_kernel_fails(tmp_path: Path) -> None:
     env = build_task("p28", "cute", tmp_path).path / "environment"

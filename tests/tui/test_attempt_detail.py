@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import tui_seed as seed
 from conftest import plain, wait_until
 from textual.widgets import RichLog, Static, TabbedContent
@@ -18,6 +19,7 @@ def log_text(log: RichLog) -> str:
     return "\n".join(strip.text for strip in log.lines)
 
 
+@pytest.mark.slow
 async def test_detail_renders_and_tails_steps(make_app, seeded_db: Path) -> None:
     first = seed.attempt_id(seeded_db, "model-a", "p28", "solo_cute")
     app = make_app()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 import tui_seed as seed
 from conftest import wait_until
 from textual.widgets import DataTable
@@ -15,6 +16,7 @@ from storage import writes
 from storage.store import Store
 
 
+@pytest.mark.slow
 async def test_pages_filters_sorts_and_opens(make_app, tmp_path: Path) -> None:
     path = seed.build(tmp_path / "big.sqlite", extra_attempts=250)
     app = make_app(db_path=path)

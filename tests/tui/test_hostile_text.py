@@ -7,6 +7,7 @@ import html
 import re
 from pathlib import Path
 
+import pytest
 import tui_seed as seed
 from conftest import wait_until
 from textual.command import CommandPalette
@@ -95,6 +96,7 @@ async def shows(pilot: object, app: object, *texts: str) -> None:
     await wait_until(pilot, lambda: all(text in screen_text(app) for text in texts))
 
 
+@pytest.mark.slow
 async def test_hostile_agent_text_is_shown_as_plain_text(make_app, seeded_db: Path) -> None:
     first, comparison_id = poison(seeded_db)
     app = make_app()

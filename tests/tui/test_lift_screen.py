@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import plain, wait_until
 from textual.widgets import DataTable, Static
 
@@ -9,6 +10,7 @@ from screens.lift import ComparisonListScreen, LiftScreen
 from screens.transfer import TransferScreen
 
 
+@pytest.mark.slow
 async def test_lift_tables_and_drill_down(make_app) -> None:
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -52,6 +54,7 @@ name = "gamma"
 """
 
 
+@pytest.mark.slow
 async def test_a_new_experiment_replaces_drilled_in_screens(make_app) -> None:
     from engine.config import parse_config
     from screens.attempt_detail import AttemptDetailScreen

@@ -126,6 +126,7 @@ async def test_detail_plots_speedup_and_sol_per_submission(make_app, seeded_db: 
         assert speed.plot.region.bottom <= sol.region.y and sol.plot.region.bottom <= 29
 
 
+@pytest.mark.slow
 async def test_plots_say_why_when_there_is_nothing_to_draw(make_app, seeded_db: Path) -> None:
     failed = seed.attempt_id(seeded_db, "model-a", "p28", "cute2tirx_skill")  # no speedup
     single = seed.attempt_id(seeded_db, "model-a", "p28", "solo_tirx")

@@ -81,6 +81,7 @@ def test_attempt_trajectory(snap_compare, app) -> None:  # type: ignore[no-untyp
     assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
+@pytest.mark.slow
 def test_attempt_feedback(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         app.open_attempt(3)
@@ -119,6 +120,7 @@ def test_lift(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
+@pytest.mark.slow
 def test_launch_preview(snap_compare, app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(FIXTURES)
 
@@ -138,6 +140,7 @@ def test_launch_preview(snap_compare, app, monkeypatch) -> None:  # type: ignore
     assert snap_compare(app, run_before=settled(run_before), terminal_size=SIZE)
 
 
+@pytest.mark.slow
 def test_rubric(snap_compare, app) -> None:  # type: ignore[no-untyped-def]
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await pilot.press("4")
@@ -201,6 +204,7 @@ SCREENS = {"attempts": show_attempts, "detail": show_detail, "transfer": show_tr
            "lift": show_lift, "rubric": show_rubric, "launch": show_launch, "help": show_help}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(100, 30), (200, 60)], ids=["100x30", "200x60"])
 @pytest.mark.parametrize("name", list(SCREENS))
 def test_screen_sizes(snap_compare, app, monkeypatch, name: str,  # type: ignore[no-untyped-def]

@@ -66,6 +66,7 @@ VIEWS = {"detail-plots": show_detail_plots, "detail-diff": show_detail_diff,
          "transfer-diff": show_transfer_diff, "lift-plot": show_lift_plot}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(100, 30), (200, 60)], ids=["100x30", "200x60"])
 @pytest.mark.parametrize("name", list(VIEWS))
 def test_view_sizes(snap_compare, app, name: str,  # type: ignore[no-untyped-def]
