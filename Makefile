@@ -55,11 +55,13 @@ run: $(STAMP) system-deps
 # .ci/run calls), `make test-fast` leaves out the tests marked slow. Both run the tests marked
 # serial (timing-sensitive) first, alone in one process, then the rest on TEST_WORKERS
 # pytest-xdist workers (3 on 2 cores: the suite waits on child processes about half of the
-# time, so 2 workers left the cores 45 % busy); tests that share a resource (a module's warm grader, a Ray cluster's
-# ports) carry an xdist_group and run on one worker (--dist loadgroup).
+# time, so 2 workers left the cores 45 % busy); tests that share a resource (a module's warm
+# grader, a Ray cluster's ports, one demo run) carry an xdist_group and run on one worker
+# (--dist loadgroup).
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
-SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'pytest\.mark\.serial' tests)
+# sorted: tests/tui's modules do `from conftest import`, which finds the conftest loaded last
+SERIAL_FILES = $(sort $(shell grep -rlE --include='test_*.py' 'pytest\.mark\.serial' tests))
 # $(1): a marker expression ANDed to both runs; $(2): more options for the parallel run.
 # Both runs always happen; the recipe fails if either failed (exit 5, none selected, is fine).
 define run_tiers

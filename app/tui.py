@@ -303,7 +303,8 @@ class MkbApp(App[int]):
             return None
         gate = engine.gate
         line = f"grading {gate.in_flight}/{gate.slots} busy, {gate.waiting} waiting"
-        if getattr(getattr(engine, "config", None), "grading", None) == "ray":  # the cluster: nodes, GPUs, graders, restarts
+        config = getattr(engine, "config", None)
+        if getattr(config, "grading", None) == "ray":  # the cluster: nodes, GPUs, graders
             from engine.events import RayStatus
 
             line += " · ray " + RayStatus.from_status("", engine.backend.status()).summary

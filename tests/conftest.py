@@ -15,13 +15,20 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked serial share one xdist group: with plain ``pytest -n N`` (no separate
-    serial run, see the Makefile) they at least never run beside each other."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """Before the other hooks (xdist's loadgroup reads the groups): tests marked serial share
+    one xdist group, so with a plain ``pytest -n N`` (no separate serial run, see the Makefile)
+    they at least never run beside each other. After them (every slow mark set, ``-m``
+    applied), on an xdist worker: the slow tests first, so the long ones start early and the
+    short ones fill the workers' last minutes (the order is otherwise kept)."""
     for item in items:
         if item.get_closest_marker("serial") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("serial"))
+    result = yield
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    return result
 
 
 @pytest.fixture(autouse=True)
@@ -60,4 +67,3 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         code = main(["demo", "--headless", "--db", str(path)])
     assert code == 0, printed.getvalue()[-2000:]
     return path, printed.getvalue()
-

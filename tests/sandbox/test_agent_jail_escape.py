@@ -127,6 +127,9 @@ async def test_writes_outside_the_workspace_fail_or_stay_private(
     assert made.read_text().strip() == CANARY and made.stat().st_uid == 1000
 
 
+# serial: it reads the sleeper's /proc/PID/cmdline right after Popen returns, which can be
+# inside exec (cmdline still empty) when the cores are busy
+@pytest.mark.serial
 async def test_host_processes_are_invisible(started: EnvFactory) -> None:
     env = await started()
     sleeper = subprocess.Popen(["sleep", "4242"], env={"PATH": os.defpath, "SECRET": CANARY})

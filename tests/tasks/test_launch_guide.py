@@ -83,6 +83,7 @@ def test_every_build_ships_the_page_and_the_instruction_names_it(tmp_path: Path,
     assert f"docs/{launch_guide.LAUNCH_GUIDE_FILE}" in (task.path / "instruction.md").read_text()
 
 
+@pytest.mark.slow  # compiles the page's kernel: 9-18 s per case on 2 cores
 @pytest.mark.parametrize("gpu", ["h200", pytest.param("b200", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dsl", ["cute", "tirx"])
 def test_page_code_compiles_for_the_gpus_arch_and_its_call_reaches_the_gpu(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import tui_seed as seed
 from conftest import plain, wait_until
 from rich.text import Text
@@ -96,6 +97,9 @@ def test_fit_abbreviates_then_shrinks_then_drops_by_priority() -> None:
     assert layout.shown == (0, 2) and [c.plain for c in project(layout, rows[0])][1] == "9.99x"
 
 
+# serial: assert_in_view gives the recomposed footer 0.1 s to lay out; beside busy xdist
+# workers it sometimes has not (FooterKey region 0×0)
+@pytest.mark.serial
 async def test_attempts_at_100x30_keep_the_columns_that_matter(make_app, tmp_path: Path) -> None:
     app = make_app(db_path=long_names_db(tmp_path / "long.sqlite"))
     async with app.run_test(size=(100, 30)) as pilot:
