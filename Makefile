@@ -54,11 +54,11 @@ run: $(STAMP) system-deps
 # The suite in two tiers (docs/architecture.md, "Tests"): `make test` runs all of it (what
 # .ci/run calls), `make test-fast` leaves out the tests marked slow. Both run the tests marked
 # serial (timing-sensitive) first, alone in one process, then the rest on TEST_WORKERS
-# pytest-xdist workers (3 on 2 cores: the suite waits on child processes about half of the
-# time, so 2 workers left the cores 45 % busy); tests that share a resource (a module's warm
-# grader, a Ray cluster's ports, one demo run) carry an xdist_group and run on one worker
-# (--dist loadgroup).
-TEST_WORKERS ?= 3
+# pytest-xdist workers (2 on 2 cores: each grading test starts a warm parent, judges and
+# runners of its own, and 3 workers overloaded the machine); tests that share a resource (a
+# module's warm grader, a Ray cluster's ports, one demo run) carry an xdist_group and run on
+# one worker (--dist loadgroup).
+TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # sorted: tests/tui's modules do `from conftest import`, which finds the conftest loaded last
 SERIAL_FILES = $(sort $(shell grep -rlE --include='test_*.py' 'pytest\.mark\.serial' tests))
