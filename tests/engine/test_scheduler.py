@@ -231,7 +231,10 @@ async def test_cancel_marks_running_attempts_interrupted_then_resumes(db_path: P
     slow = SimulatedRunner(submissions=1, delay_s=0.2)
     with Store(db_path) as store:
         task = asyncio.create_task(Engine(store, config, slow, SimulatedBackend()).run())
-        await asyncio.sleep(0.5)
+        for _ in range(200):  # cancel while attempts run (a loaded machine starts them late)
+            await asyncio.sleep(0.05)
+            if "running" in store.read_sync(queries.attempt_states, config.id):
+                break
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
