@@ -7,6 +7,7 @@ commands do, and each pairs with a positive control so that it can fail.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pwd
@@ -134,7 +135,12 @@ async def test_host_processes_are_invisible(started: EnvFactory) -> None:
     env = await started()
     sleeper = subprocess.Popen(["sleep", "4242"], env={"PATH": os.defpath, "SECRET": CANARY})
     try:
-        assert Path(f"/proc/{sleeper.pid}/cmdline").read_bytes().startswith(b"sleep")
+        cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+        for _ in range(100):  # until exec has finished (cmdline is empty before)
+            if cmdline.read_bytes():
+                break
+            await asyncio.sleep(0.02)
+        assert cmdline.read_bytes().startswith(b"sleep")
         r = await _sh(env, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
         assert r.return_code == 0 and r.stdout.startswith("bwrap")  # the jail's own init
         assert "sleep 4242" not in r.stdout
