@@ -60,33 +60,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from engine.grading import repeats
-    from engine.grading.api import DSLS, GradeRequest
     from engine.grading.options import EvalConfig
-    from engine.grading.parent.evaluate import (
-        gpu_count,
-        grade_in_subprocess,
-        resolve_problem,
-    )
+    from engine.grading.parent.evaluate import grade_in_subprocess
 
     if not 1 <= args.repeat <= repeats.MAX_REPEATS:
         return usage_error(f"--repeat must be within 1..{repeats.MAX_REPEATS} (got {args.repeat})")
-    if args.dsl not in DSLS:
-        return usage_error(f"--dsl must be one of {', '.join(DSLS)} (got {args.dsl!r})")
-    if args.device not in ("auto", "cpu", "cuda"):
-        return usage_error(f"--device must be auto, cpu or cuda (got {args.device!r})")
-    problem_id = resolve_problem(args.problem)
-    if problem_id is None:
-        return usage_error(f"unknown problem {args.problem!r} (use an id like p28 or a slug)")
-    path = Path(args.impl)
-    if not path.is_file():
-        return usage_error(f"no such file: {args.impl}")
-    device = args.device
-    if device == "auto":
-        device = "cuda" if gpu_count() > 0 else "cpu"
-    elif device == "cuda" and gpu_count() == 0:
-        return usage_error("--device cuda: no CUDA device is visible on this host")
-    source = path.read_text(encoding="utf-8", errors="surrogateescape")
-    request = GradeRequest(problem_id, args.dsl, source, device=device, request_id=path.name)
+    try:
+        request, device = request_from_args(args)
+    except ValueError as exc:
+        return usage_error(str(exc))
     config = EvalConfig(
         timeout_s=args.timeout,
         scale=args.scale,
@@ -108,6 +90,31 @@ def handle(args: argparse.Namespace) -> int:
     elif args.repeat > 1:
         print(repeats.render(summary))
     return 0 if summary["all_passed"] else 1
+
+
+def request_from_args(args: argparse.Namespace) -> tuple[Any, str]:
+    """The grading request and device that ``args`` (problem, ``--dsl``, ``--device``, the
+    file) name; a ValueError saying what is wrong. Shared with ``mkb noise``."""
+    from engine.grading.api import DSLS, GradeRequest
+    from engine.grading.parent.evaluate import gpu_count, resolve_problem
+
+    if args.dsl not in DSLS:
+        raise ValueError(f"--dsl must be one of {', '.join(DSLS)} (got {args.dsl!r})")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda (got {args.device!r})")
+    problem_id = resolve_problem(args.problem)
+    if problem_id is None:
+        raise ValueError(f"unknown problem {args.problem!r} (use an id like p28 or a slug)")
+    path = Path(args.impl)
+    if not path.is_file():
+        raise ValueError(f"no such file: {args.impl}")
+    device = args.device
+    if device == "auto":
+        device = "cuda" if gpu_count() > 0 else "cpu"
+    elif device == "cuda" and gpu_count() == 0:
+        raise ValueError("--device cuda: no CUDA device is visible on this host")
+    source = path.read_text(encoding="utf-8", errors="surrogateescape")
+    return GradeRequest(problem_id, args.dsl, source, device=device, request_id=path.name), device
 
 
 def usage_error(message: str) -> int:

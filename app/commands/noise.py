@@ -14,7 +14,6 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from app.commands.db import add_db_argument
@@ -60,31 +59,17 @@ def register(subparsers: Any) -> None:
 
 def _request(args: argparse.Namespace) -> tuple[Any, str]:
     """The grading request and device, or a UsageError naming what is wrong."""
+    from app.commands.grade import request_from_args
     from app.errors import UsageError
-    from engine.grading.api import DSLS, GradeRequest
-    from engine.grading.parent.evaluate import gpu_count, resolve_problem
 
     if not 2 <= args.repeats <= MAX_REPEATS:
         raise UsageError(f"--repeats must be within 2..{MAX_REPEATS} (got {args.repeats})")
     if not (math.isfinite(args.gap_s) and args.gap_s >= 0):
         raise UsageError(f"--gap-s must be a number ≥ 0 (got {args.gap_s})")
-    if args.dsl not in DSLS:
-        raise UsageError(f"--dsl must be one of {', '.join(DSLS)} (got {args.dsl!r})")
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--device must be auto, cpu or cuda (got {args.device!r})")
-    problem_id = resolve_problem(args.problem)
-    if problem_id is None:
-        raise UsageError(f"unknown problem {args.problem!r} (use an id like p28 or a slug)")
-    path = Path(args.impl)
-    if not path.is_file():
-        raise UsageError(f"no such file: {args.impl}")
-    device = args.device
-    if device == "auto":
-        device = "cuda" if gpu_count() > 0 else "cpu"
-    elif device == "cuda" and gpu_count() == 0:
-        raise UsageError("--device cuda: no CUDA device is visible on this host")
-    source = path.read_text(encoding="utf-8", errors="surrogateescape")
-    return GradeRequest(problem_id, args.dsl, source, device=device, request_id=path.name), device
+    try:
+        return request_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
