@@ -8,7 +8,9 @@ Each round, for each file, in alternating order (plain first in odd rounds, the 
 even ones): one fresh plain process (``benchmarks/plain_timing.py``: the runner's timing method
 without judge, jail or socket, then with the DSL launch hooks installed) and one grading through
 a warm local backend (a fresh runner per grading, as in an experiment); ``--unjailed`` adds one
-grading without the jail (``unsafe_no_jail``) to see the jail's share. Every row goes to
+grading without the jail (``unsafe_no_jail``) to see the jail's share, and ``--variant V``
+(repeatable) one grading with that variant (``VARIANTS``: the profiler attached at the
+runner's start as before, no CPU placement). Every row goes to
 OUT.jsonl as it comes; the summary (per file: both medians and spreads, the runner's and the
 plain process's host µs per call, and where the difference goes) is printed at the end and
 written beside it as OUT.summary.json. On the CPU (``--device cpu``) it is a PREVIEW of the
@@ -35,6 +37,15 @@ from benchmarks.plain_timing import FILE_NAME  # noqa: E402
 from engine.grading.api import GradeRequest  # noqa: E402
 from engine.grading.backends.local import LocalBackend  # noqa: E402
 from engine.grading.options import EvalConfig  # noqa: E402
+
+# the grading path's variants, each graded beside the default ("jailed") every round
+VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "unjailed": (lambda: EvalConfig(unsafe_no_jail=True), {}),
+    # the runner attaches CUPTI at its start, as it did before PROFILER_START (runner/loop.py)
+    "profiler-early": (lambda: EvalConfig(env={"MKB_PROFILER_START": "early"}), {}),
+    # no CPU placement (judge/placement.py): runner and judge left to the scheduler
+    "no-placement": (EvalConfig, {"cpu_placement": "off"}),
+}
 
 
 def plain_row(path: Path, device: str, calls: int) -> dict[str, Any]:
@@ -117,6 +128,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         graded = [r for r in rows if r["file"] == name and r["kind"] == "grading"]
         jailed = [r for r in graded if r["variant"] == "jailed" and r["speedup"]]
         unjailed = [r for r in graded if r["variant"] == "unjailed" and r["speedup"]]
+        others = sorted({r["variant"] for r in graded} - {"jailed"})
 
         def med(items: list[dict[str, Any]], *keys: str) -> float | None:
             found = []
@@ -155,6 +167,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "plain": med(plain, "eager", "e2e_us"),
                 "grader": med(jailed, "eager_median_us"),
             },
+            "variants": {
+                v: {
+                    "speedup": spread([r["speedup"] for r in graded if r["variant"] == v]),
+                    "host_us": med([r for r in graded if r["variant"] == v], "solution", "host_us"),
+                }
+                for v in others
+            },
             "verdicts": sorted({str(r["verdict"]) for r in graded}),
         }
     return out
@@ -169,8 +188,10 @@ async def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     gpus: str | None = "auto" if args.device == "cuda" else None
     backends = {"jailed": LocalBackend(gpus=gpus, config=EvalConfig())}
-    if args.unjailed:
-        backends["unjailed"] = LocalBackend(gpus=gpus, config=EvalConfig(unsafe_no_jail=True))
+    variants = list(args.variant) + (["unjailed"] if args.unjailed else [])
+    for variant in dict.fromkeys(variants):
+        config, options = VARIANTS[variant]
+        backends[variant] = LocalBackend(gpus=gpus, config=config(), **options)
     for backend in backends.values():
         await backend.start()
     rows: list[dict[str, Any]] = []
@@ -239,6 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=50, help="timed calls per plain process")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--unjailed", action="store_true", help="also grade without the jail")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        choices=sorted(VARIANTS),
+        help="also grade with this variant of the grading path (repeatable)",
+    )
     return asyncio.run(run(parser.parse_args(argv)))
 
 

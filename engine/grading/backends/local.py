@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.judge import placement
 from engine.grading.options import EvalConfig
 from engine.grading.parent.evaluate import (
     feedback_from,
@@ -196,6 +197,7 @@ class LocalBackend:
         config: EvalConfig | None = None,
         warm: bool = True,
         preload_dsls: bool = True,
+        cpu_placement: str = "auto",
     ) -> None:
         self.config = config or EvalConfig()
         if gpus == "auto":
@@ -208,8 +210,16 @@ class LocalBackend:
             gpu_ids = [int(g) for g in gpus]
         self.device = "cuda" if gpu_ids else "cpu"
         self.slots: list[Slot] = []
+        # each GPU slot's CPUs (judge/placement.py): cut for all the host's GPUs
+        host_gpus = placement.host_gpus() or max(gpu_ids, default=-1) + 1
         for gpu in gpu_ids:
-            env = child_env({**self.config.env, "CUDA_VISIBLE_DEVICES": str(gpu)})
+            env = child_env(
+                {
+                    **self.config.env,
+                    **placement.slot_env(gpu, host_gpus, cpu_placement),
+                    "CUDA_VISIBLE_DEVICES": str(gpu),
+                }
+            )
             self.slots.append(
                 Slot(
                     f"gpu{gpu}",
@@ -226,7 +236,9 @@ class LocalBackend:
             # both DSLs in every warm parent and spare runner would only slow start-up
             preload_dsls = preload_dsls and bool(self.config.dsl_checks)
             for i in range(max(1, preview_slots)):
-                env = child_env({**self.config.env, "CUDA_VISIBLE_DEVICES": ""})
+                env = child_env(
+                    {**self.config.env, **placement.NO_PLACEMENT, "CUDA_VISIBLE_DEVICES": ""}
+                )
                 self.slots.append(
                     Slot(
                         f"cpu{i}",

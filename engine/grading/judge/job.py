@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.grading.judge import placement
 from engine.grading.judge.judge import Judge
 from engine.grading.judge.runner_proc import (
     RunnerDied,
@@ -138,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.grading.judge.job")
     parser.add_argument("--result-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    share = placement.from_env()
+    if share is not None:  # a cold judge places itself as a warm parent does
+        placement.pin_self(share.judge)
     job = json.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

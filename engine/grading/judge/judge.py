@@ -28,6 +28,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from engine.grading.judge import placement
 from engine.grading.judge.breakdown import CallBreakdown
 from engine.grading.judge.clock import JudgeClock
 from engine.grading.judge.eager import EagerPhase
@@ -109,6 +110,7 @@ class Judge:
             )
             if evaluation.cuda:
                 check_target(self.result["device"], str(evaluation.job.get("source", "")))
+                self.result["cpu_placement"] = placement.describe()  # None: left to the OS
             else:
                 torch.set_num_threads(1)
             evaluation.phase("eager")

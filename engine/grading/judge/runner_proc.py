@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.grading.judge import placement
 from engine.grading.processes import SECRET_MARKERS, read_tail
 from engine.grading.runner.channel import SPIN_S, spin_until_readable
 
@@ -196,16 +197,18 @@ class RunnerProcess:
             argv = [options.python, "-I", str(Path(scratch) / RUNNER_MAIN), *args]
             cwd = str(workdir)
         log = open(Path(scratch) / "runner.log", "wb")  # noqa: SIM115 - handed to the child
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=keep,
-            start_new_session=True,
-            cwd=cwd,
-            env=env,
-        )
+        share = placement.from_env()  # the slot's CPUs (judge/placement.py), if placed
+        with placement.spawning_on(share.runner if share is not None else None):
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=keep,
+                start_new_session=True,
+                cwd=cwd,
+                env=env,
+            )
         log.close()
         runner_end.close()
         os.close(switch_fd)
@@ -379,6 +382,7 @@ def runner_env(options: RunnerOptions) -> dict[str, str]:
         "LD_LIBRARY_PATH",
         "LANG",
         "MKB_PROFILER",  # dsl_hooks.PROFILER (A/B runs)
+        "MKB_PROFILER_START",  # loop.PROFILER_START (A/B runs)
     )
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(options.env or {})

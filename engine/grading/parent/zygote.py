@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.grading.judge import placement
 from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess, process_tree
 
 DSL_MODULES = ("cutlass", "cutlass.cute", "tvm", "tvm_ffi")
@@ -410,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--unsafe-no-jail", action="store_true", help="spare runners unjailed")
     parser.add_argument("--spares", type=int, default=1, help="runners kept started ahead")
     args = parser.parse_args(argv)
+    share = placement.from_env()
+    if share is not None:  # before torch's threads start: they, and every judge, inherit it
+        placement.pin_self(share.judge)
     control_in, control_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

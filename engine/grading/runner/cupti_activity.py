@@ -135,18 +135,45 @@ class Reader:
     def collect(self, run: Callable[[], Any]) -> list[Record]:
         """Records of the kernels, copies and sets that ran while ``run`` ran (it must
         synchronize the device before returning), in order of their start."""
+        self.start()
+        try:
+            run()
+        finally:
+            records = self.take()
+            self.stop()
+        return records
+
+    def start(self) -> None:
+        """Record from now on (until :meth:`stop`)."""
         self.records = []
         for kind in ENABLED_KINDS:
             status = self.lib.cuptiActivityEnable(kind)
             if status != SUCCESS:
                 raise OSError(f"cuptiActivityEnable({kind}) returned {status}")
-        try:
-            run()
-        finally:
-            self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
-            for kind in ENABLED_KINDS:
-                self.lib.cuptiActivityDisable(kind)
-        return sorted(self.records, key=lambda r: r[1])
+
+    def take(self) -> list[Record]:
+        """The records since :meth:`start` or the last take (the device must be synchronized),
+        in order of their start; recording goes on."""
+        self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+        records, self.records = sorted(self.records, key=lambda r: r[1]), []
+        return records
+
+    def stop(self) -> None:
+        for kind in ENABLED_KINDS:
+            self.lib.cuptiActivityDisable(kind)
+
+    def finalize(self) -> bool:
+        """Detach CUPTI from the process (``cuptiFinalize``); the reader is unusable after.
+        True when CUPTI said yes."""
+        self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+        return bool(self.lib.cuptiFinalize() == SUCCESS)
+
+
+def span_ns(records: list[Record]) -> int | None:
+    """First start to last end of ``records`` (ns); None when there are none."""
+    if not records:
+        return None
+    return max(end for _, _, end in records) - min(start for _, start, _ in records)
 
 
 _READER: list[Reader | None] = []

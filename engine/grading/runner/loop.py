@@ -16,7 +16,8 @@ reference outputs, tolerances, future seeds or check plan. It answers the judge 
 * ``report`` → ``outputs``: where the outputs lie (CPU leaves copied into a memfd, CUDA leaves
   as IPC handles into the runner's own allocations);
 * ``audit`` → ``audited``: kernel names a profiled call ran;
-* ``profile`` → ``profiled``: GPU time per call of the last inputs (informational); ``exit``.
+* ``profile`` → ``profiled``: GPU time per call and each call's span, from ``span_calls``
+  profiled calls of the last inputs (informational); ``exit``.
 
 Everything it sends is data for the judge, never a claim the judge believes: the judge reads
 the output memory itself, checks every output and times every call with its own clock. A
@@ -60,6 +61,8 @@ else:  # run as a script in the jail: its zone's other files lie beside it
         python_threads,
     )
 
+# when the runner first attaches the profiler: "late" (after the timed calls) or "early"
+PROFILER_START = os.environ.get("MKB_PROFILER_START", "late")
 MAX_WARM_S = 0.05  # the longest warm-up spin a "stage" request may ask for
 MAX_ERROR_CHARS = 2000
 ALIGN = 64
@@ -110,9 +113,12 @@ class Runner:
             # is not the submission's time
             self._switch = torch.zeros(1, device="cuda")
             self._sync = torch.cuda.synchronize
-            # the profiler's first use costs seconds (CUPTI's start: 4.5 s on the H200): pay
-            # it here, while the runner is started ahead, not in the evaluation's settle step
-            _hooks().warm_profiler()
+            # CUPTI, once attached, stays in the process and slows every later launch (PyTorch
+            # calls cuptiFinalize after profiling for that reason: pytorch/pytorch#146604), so
+            # the profiler starts after the timed calls, at the first audit or profile (0.12 s
+            # through ctypes on the H200); MKB_PROFILER_START=early starts it here (A/B runs)
+            if PROFILER_START == "early":
+                _hooks().warm_profiler()
         else:
             torch.set_num_threads(1)  # CPU preview: one thread for eager and submission alike
         self._clock = time.perf_counter
@@ -358,11 +364,23 @@ class Runner:
             "threads": native_threads(),
         }
 
-    def profile(self) -> dict[str, Any]:
-        """The last inputs once more under the profiler: GPU time per call (None on CPU)."""
+    def profile(self, message: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The last inputs ``span_calls`` times more, each call under the profiler (after the
+        timed calls, never during them): the GPU time per call and each call's span, first
+        device start to last device end (None on CPU or without a working profiler)."""
         last = self.last_inputs
-        device_ms = _hooks().profiled_device_ms(lambda: self.solve(*last)) if self.cuda else None
-        return {"op": "profiled", "device_ms": device_ms, "threads": native_threads()}
+        hooks = _hooks()
+        calls = (message or {}).get("span_calls")
+        if isinstance(calls, bool) or not isinstance(calls, int):
+            calls = hooks.DEVICE_PROFILE_CALLS
+        calls = min(max(calls, 1), hooks.MAX_SPAN_CALLS)
+        seen = hooks.profiled_calls(lambda: self.solve(*last), calls) if self.cuda else None
+        return {
+            "op": "profiled",
+            "device_ms": None if seen is None else seen.device_ms,
+            "spans_ms": None if seen is None else seen.spans_ms,
+            "threads": native_threads(),
+        }
 
     # -- the loop ------------------------------------------------------------------------
     def serve(self) -> None:
@@ -404,7 +422,7 @@ class Runner:
         elif op == "audit":
             reply = self.audit(message)
         elif op == "profile":
-            reply = self.profile()
+            reply = self.profile(message)
         elif op == "reference" and self.resolver is not None:
             self.armed = self.resolver(message)
             reply = {"op": "referenced"}
