@@ -209,6 +209,8 @@ def test_two_processes_one_refuses_labels_go_in_kill_nine_resumes(tmp_path: Path
             first,
         )
 
+        # read now: on a loaded machine the first run may end while the second one starts
+        since = _query(db, "SELECT started_at FROM run_locks")[0][0]
         second = subprocess.run(
             _mkb("run", str(slow), "--db", str(db), "--json"),
             cwd=ROOT,
@@ -219,7 +221,6 @@ def test_two_processes_one_refuses_labels_go_in_kill_nine_resumes(tmp_path: Path
         assert second.returncode == 2, second.stderr[-2000:]
         assert first.poll() is None  # the first run goes on
         message = second.stderr
-        since = _query(db, "SELECT started_at FROM run_locks")[0][0]
         for part in (
             "already running",
             f"pid {first.pid} on ",
