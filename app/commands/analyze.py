@@ -29,23 +29,34 @@ def register(subparsers: Any) -> None:
                              "re-grade): the paper's tables of each, as text or --json")
     parser.add_argument("--time", default="e2e", metavar="SOURCE",
                         help="the runtime the tables and noise bands use: e2e, the contract's "
-                        "end-to-end median (default; docs/analysis.md)")
+                        "end-to-end median (default), or span, the runners' GPU span per call "
+                        "(informational; attempts without spans are left out and counted; "
+                        "docs/analysis.md)")
     parser.set_defaults(func=run)
+
+
+def check_time(time: str) -> None:
+    """A usage error naming ``--time`` for a time source that is not recorded."""
+    from app.errors import UsageError
+    from engine.analysis.noise import TIME_SOURCES
+
+    if time not in TIME_SOURCES:
+        raise UsageError(f"--time must be one of {', '.join(TIME_SOURCES)} (got {time!r})")
 
 
 def load_inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
     """The outcomes (file or store) and, from the store, the experiment's rubric views."""
     from app.errors import UsageError
-    from engine.analysis.noise import TIME_SOURCES
     from engine.analysis.outcomes import OutcomeError, from_store, load_jsonl
     from engine.rubric.views import report as rubric_report
     from storage.db import StorageError, open_db
 
-    if args.time not in TIME_SOURCES:
-        raise UsageError(f"--time must be one of {', '.join(TIME_SOURCES)} (got {args.time!r})")
+    check_time(args.time)
     try:
         if args.outcomes:
-            return load_jsonl(args.outcomes), None
+            outcomes = load_jsonl(args.outcomes)
+            outcomes.time = args.time  # spans from the rows' span_ms / ref_span_ms keys
+            return outcomes, None
         db = open_db(args.db, readonly=True)
         try:
             outcomes = from_store(db, args.experiment, time=args.time)
@@ -80,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.draws < 1:
         raise UsageError("--draws must be at least 1")
+    check_time(args.time)
     if args.compare:
         from app.commands._compare import run_compare
 

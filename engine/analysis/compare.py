@@ -47,6 +47,7 @@ def side_by_side(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             **(r.get("experiment") or {}),
             "preview": bool(r.get("preview")),
             "label": r.get("label"),
+            "time": r.get("time"),
         }
 
     return {
@@ -72,15 +73,28 @@ def _cells(
     return out
 
 
-def render_side_by_side(cmp: dict[str, Any]) -> str:
-    """The comparison as plain text: each table with A's columns, then B's."""
+def _who(tag: str, side: dict[str, Any]) -> str:
+    """``A: id (name) — label``, then where it came from and was graded when known."""
+    line = f"{tag}: {side.get('id')} ({side.get('name')}) — {side.get('label')}"
+    if side.get("from"):
+        devices = ", ".join(side.get("devices") or []) or "no stored grading"
+        line += f"; {side['from']}; graded on {devices}"
+    return line
+
+
+def render_side_by_side(cmp: dict[str, Any], after_head: Sequence[str] = ()) -> str:
+    """The comparison as plain text: each table with A's columns, then B's; ``after_head``
+    lines go between the two sides' names and the tables."""
     preview = cmp["a"]["preview"] or cmp["b"]["preview"]
     tag = f"  {PREVIEW_TAG}" if preview else ""
-    head = [
-        f"A: {cmp['a'].get('id')} ({cmp['a'].get('name')}) — {cmp['a'].get('label')}",
-        f"B: {cmp['b'].get('id')} ({cmp['b'].get('name')}) — {cmp['b'].get('label')}",
-        "(· : no such row on that side)",
-    ]
+    head = [_who("A", cmp["a"]), _who("B", cmp["b"]), *after_head, "(· : no such row on that side)"]
+    for side in ("A", "B"):
+        time = cmp[side.lower()].get("time")
+        if time and time.get("source", "e2e") != "e2e":
+            head.append(
+                f"{side} runtimes: {time['label']}; {time['with_time']} of "
+                f"{time['comparisons']} resolved comparisons kept"
+            )
     solo_fmt = {"pass_rate": share, "gm": speed, "r2": share}
     lift_fmt = {"delta_gm": signed, "help_rate": share, "harm_rate": share}
     solo = [(r["model"], r["dsl"], *_cells(r, SOLO_FIELDS, solo_fmt)) for r in cmp["solo"]]

@@ -137,12 +137,16 @@ class Comparison:
         return "below" if d < 0 else "above" if d > 0 else "at"
 
 
-def comparisons(rows: Iterable[ScoredAttempt]) -> list[Comparison]:
-    """Every resolved comparison: source and baseline present, treatment present or skipped."""
+Arms = tuple[str, str, int, str, ScoredAttempt, ScoredAttempt, ScoredAttempt | None]
+
+
+def resolved_arms(rows: Iterable[ScoredAttempt]) -> list[Arms]:
+    """(model, problem, replicate, direction, source, baseline, treatment) of every resolved
+    comparison: source and baseline present, treatment present or skipped (None)."""
     index: dict[tuple[str, str, int, str, str], ScoredAttempt] = {}
     for r in rows:
         index[(r.model, r.problem, r.replicate, r.arm, r.dsl)] = r
-    out: list[Comparison] = []
+    out: list[Arms] = []
     keys = sorted({(m, p, rep) for (m, p, rep, _, _) in index})
     for model, problem, rep in keys:
         for direction in DIRECTIONS:
@@ -156,9 +160,17 @@ def comparisons(rows: Iterable[ScoredAttempt]) -> list[Comparison]:
                 treatment = None
             elif treatment is None:
                 continue  # not resolved yet
-            value = rho(_arm(baseline), _arm(treatment))  # type: ignore[arg-type]
-            out.append(Comparison(model, problem, baseline.family, direction, rep, source,
-                                  baseline, treatment, value))
+            out.append((model, problem, rep, direction, source, baseline, treatment))
+    return out
+
+
+def comparisons(rows: Iterable[ScoredAttempt]) -> list[Comparison]:
+    """Every resolved comparison: source and baseline present, treatment present or skipped."""
+    out: list[Comparison] = []
+    for model, problem, rep, direction, source, baseline, treatment in resolved_arms(rows):
+        value = rho(_arm(baseline), _arm(treatment))  # type: ignore[arg-type]
+        out.append(Comparison(model, problem, baseline.family, direction, rep, source,
+                              baseline, treatment, value))
     return out
 
 

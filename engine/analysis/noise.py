@@ -16,8 +16,8 @@ Two figures come out of a :class:`Band`:
   k(dof) = z₀.₉₇₅ · √(dof / χ²₀.₀₅(dof)) makes it a 95 %/95 % tolerance bound: at least 95 %
   of A/A comparisons fall inside it, with 95 % confidence given how few gradings estimated σ.
 
-Pure functions (no storage, no scipy): the time source (end to end today) is chosen by the
-caller, who builds the series from that figure (:data:`TIME_SOURCES`).
+Pure functions (no storage, no scipy): the time source (end to end, or the GPU span) is chosen
+by the caller, who builds the series from that figure (:data:`TIME_SOURCES`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# The runtime figure each time source reads (an attempt's column / a feedback's key).
-# `span` (GPU span per timed call) is planned: add its figure here and in the readers.
-TIME_SOURCES: dict[str, str] = {"e2e": "impl_median_ms"}
+# The runtime figure each time source reads: "e2e", the contract's end-to-end median (an
+# attempt's column); "span", the runners' GPU span per call (``clock.breakdown.<side>.span_ms``
+# of a grading's feedback: informational, engine/analysis/spans.py reads it).
+TIME_SOURCES: dict[str, str] = {"e2e": "impl_median_ms", "span": "span_ms"}
 Z95 = statistics.NormalDist().inv_cdf(0.975)
 MIN_DOF = 4  # fewer degrees of freedom give no band (k(3) = 6.2: no useful limit)
 # Var(median of R iid N(0, 1)), R = 1..20: exact (order-statistic integrals, scipy.integrate;
@@ -61,7 +62,7 @@ MEDIAN_VARIANCE = (
 
 
 def check_time_source(time: str) -> str:
-    """The runtime field of a time source; a clear error for one not (yet) recorded."""
+    """The runtime field of a time source; a clear error for one that is not recorded."""
     if time not in TIME_SOURCES:
         raise ValueError(f"time source must be one of {', '.join(TIME_SOURCES)} (got {time!r})")
     return TIME_SOURCES[time]

@@ -25,6 +25,8 @@ def attach_repeats(
     from storage import repeats
 
     field = check_time_source(time)
+    if field != "impl_median_ms":  # spans live in the feedback: engine.analysis.spans
+        raise ValueError(f"attach_repeats reads end-to-end runtimes, not {time!r}")
     finals = repeats.experiment_finals(db, experiment_id)
     out: list[ScoredAttempt] = []
     for row, attempt_id in zip(rows, attempt_ids, strict=True):

@@ -10,9 +10,12 @@ For a ``skill`` row, ``dsl`` is the target DSL. ``skill_blank`` is meaningful on
 missing or blank skill makes the reverse-direction treatment skipped. Optional keys:
 ``flags`` (list of strings, for exclusion rules), ``sol_ms`` (the problem's speed of light on
 the grading GPU), ``tokens``, ``cost_usd``, ``agent_seconds``, ``runtime_repeats_ms`` (the
-passing runtimes of repeated final gradings, whose median is ``runtime_ms``) and ``host`` (the
-grading host, for the noise bands: docs/analysis.md). From the store, ``flags`` and
-``sol_ms`` come from each attempt's final evaluation (e.g. ``sol.faster_than_sol``).
+passing runtimes of repeated final gradings, whose median is ``runtime_ms``), ``host`` (the
+grading host, for the noise bands: docs/analysis.md) and the GPU span time source
+(``span_ms``, ``ref_span_ms``, ``span_repeats_ms``: the runners' per-call GPU spans of the
+implementation and the eager reference, read by ``mkb analyze --time span``). From the store,
+``flags`` and ``sol_ms`` come from each attempt's final evaluation (e.g.
+``sol.faster_than_sol``); spans only when asked for (``from_store(..., time="span")``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ class ScoredAttempt:
     sol_ms: float | None = None
     repeats_ms: tuple[float, ...] = ()  # passing repeated finals' runtimes (median: runtime_ms)
     host: str = ""  # the grading host (machine · device), for the A/A band of its problem
+    # the runners' GPU spans per call (median over the passing repeats; informational)
+    span_ms: float | None = None
+    ref_span_ms: float | None = None
+    span_repeats_ms: tuple[float, ...] = ()
 
     @property
     def pct_of_sol(self) -> float | None:
@@ -124,6 +131,9 @@ def parse_row(data: Any, where: str) -> ScoredAttempt:
     repeats = data.get("runtime_repeats_ms", [])
     if not isinstance(repeats, list):
         raise OutcomeError(f"{where}: runtime_repeats_ms must be a list of numbers")
+    span_repeats = data.get("span_repeats_ms", [])
+    if not isinstance(span_repeats, list):
+        raise OutcomeError(f"{where}: span_repeats_ms must be a list of numbers")
     host = data.get("host", "")
     if not isinstance(host, str):
         raise OutcomeError(f"{where}: host must be a string")
@@ -148,6 +158,12 @@ def parse_row(data: Any, where: str) -> ScoredAttempt:
             for v in repeats
         ),
         host=host,
+        span_ms=_number(data.get("span_ms"), where, "span_ms"),
+        ref_span_ms=_number(data.get("ref_span_ms"), where, "ref_span_ms"),
+        span_repeats_ms=tuple(
+            float(_number(v, where, "span_repeats_ms[]", allow_none=False) or 0.0)
+            for v in span_repeats
+        ),
     )
 
 
@@ -180,9 +196,13 @@ def load_jsonl(path: str | Path) -> OutcomeSet:
 def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> OutcomeSet:
     """The paper's four arms of an experiment (round 1, no variants) as outcome rows, with
     their repeated finals and the stored A/A series of their problems (``time``: the runtime
-    figure, ``engine.analysis.noise.TIME_SOURCES``)."""
+    figure, ``engine.analysis.noise.TIME_SOURCES``; ``span`` adds each attempt's GPU spans and
+    the span series, ``engine/analysis/spans.py``)."""
+    from engine.analysis.noise import check_time_source
     from engine.analysis.noise_store import attach_repeats
     from storage import queries
+
+    check_time_source(time)
 
     experiments = [e.id for e in queries.experiments(db)]
     if experiment_id is None:
@@ -223,7 +243,11 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
             flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
             sol_ms=float(sol) if isinstance(sol, (int, float)) and sol > 0 else None,
         ))
-    rows, series = attach_repeats(db, experiment_id, rows, attempt_ids, time)
+    rows, series = attach_repeats(db, experiment_id, rows, attempt_ids)
+    if time == "span":
+        from engine.analysis.spans import attach_spans
+
+        rows, series = attach_spans(db, experiment_id, rows, attempt_ids, finals)
     return OutcomeSet(
         rows,
         series=series,
@@ -254,5 +278,7 @@ def to_jsonl(outcomes: OutcomeSet) -> str:
             "skill_blank": r.skill_blank, "flags": list(r.flags), "tokens": r.tokens,
             "cost_usd": r.cost_usd, "agent_seconds": r.agent_seconds, "sol_ms": r.sol_ms,
             "runtime_repeats_ms": list(r.repeats_ms), "host": r.host,
+            "span_ms": r.span_ms, "ref_span_ms": r.ref_span_ms,
+            "span_repeats_ms": list(r.span_repeats_ms),
         }))
     return "\n".join(lines) + ("\n" if lines else "")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.analysis import metrics, noise_lift, stats
+from engine.analysis import metrics, noise_lift, spans, stats
 from engine.analysis.outcomes import OutcomeSet
 
 PREVIEW_LABEL = "PREVIEW (CPU grading, not scored, not comparable)"
@@ -24,16 +24,22 @@ class AnalysisOptions:
 
 
 def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dict[str, Any]:
-    """Every quantitative view: arms, solo, lift with intervals, tiers, tests, ladder, usage."""
+    """Every quantitative view: arms, solo, lift with intervals, tiers, tests, ladder, usage,
+    on the outcome set's time source (``outcomes.time``: end to end, or the GPU span, where
+    passing attempts without spans are left out and counted under ``time``)."""
     opts = options or AnalysisOptions()
-    rows = metrics.apply_exclusion(outcomes.rows, opts.fail_flags)
+    scored = metrics.apply_exclusion(outcomes.rows, opts.fail_flags)
+    rows, left_out = spans.on_time(scored, outcomes.time)
     comps = metrics.comparisons(rows)
     solo = [
         {"model": s.model, "dsl": s.dsl, "n": s.n, "pass_rate": s.pass_rate, "gm": s.gm,
          "r2": s.r2, "pct_sol_median": s.pct_sol_median}
         for s in metrics.solo_metrics(rows)
     ]
-    bands = noise_lift.bands_of(outcomes)
+    bands = noise_lift.bands_of(
+        dataclasses.replace(outcomes, rows=spans.on_time(outcomes.rows, outcomes.time)[0])
+    )
+    resolved = len(metrics.resolved_arms(scored))
     noise_rows, calls = noise_lift.noise_lift_table(comps, bands)
     flag_counts: dict[str, int] = {}
     for r in outcomes.rows:
@@ -47,6 +53,7 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
         },
         "preview": outcomes.preview,
         "label": PREVIEW_LABEL if outcomes.preview else "scored",
+        "time": spans.time_summary(outcomes.time, resolved, len(comps), left_out),
         "exclusion": {"fail_flags": list(opts.fail_flags), "flags_seen": flag_counts},
         "arms": metrics.arm_metrics(rows),
         "solo": solo,
@@ -66,7 +73,7 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
         },
         "ladder": metrics.rate_ladder(comps),
         "coverage": metrics.coverage(rows, comps),
-        "usage": metrics.usage(rows),
+        "usage": metrics.usage(scored),  # agent usage: no runtime, every attempt
         "comparisons": [
             {
                 "model": c.model,
@@ -116,6 +123,7 @@ def write_csv(report: dict[str, Any], directory: str | Path) -> list[Path]:
         "bootstrap_delta_gm": report["tests"]["bootstrap_delta_gm"],
         "noise_lift": report["noise"]["lift"],
         "noise_bands": report["noise"]["bands"],
+        "time_source": [report["time"]],
         **{f"tiers_{k}": v for k, v in report["tiers"].items()},
     }
     written = []

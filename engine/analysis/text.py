@@ -74,6 +74,7 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     flags = report["exclusion"]["fail_flags"]
     if flags:
         lines.append("Exclusion: attempts flagged " + ", ".join(flags) + " scored as failing")
+    lines += time_lines(report.get("time"))
     cov = report["coverage"]
     lines.append(
         f"{cov['comparisons']} resolved comparisons; {cov['solo_attempts']} solo "
@@ -81,6 +82,24 @@ def header_lines(report: dict[str, Any]) -> list[str]:
         f"{share(cov['source_coverage'])}, source pass share "
         f"{share(cov['source_pass_share'])}"
     )
+    return lines
+
+
+def time_lines(time: dict[str, Any] | None) -> list[str]:
+    """The runtime source, when it is not the contract's end to end: what it is and how many
+    comparisons had it (the others are left out, never given their end-to-end times)."""
+    if not time or time.get("source", "e2e") == "e2e":
+        return []
+    lines = [
+        f"Runtimes: {time['label']}; {time['with_time']} of {time['comparisons']} resolved "
+        "comparisons kept (every passing attempt in them has its spans)"
+    ]
+    if time["left_out"] or time["attempts_left_out"]:
+        lines.append(
+            f"  left out: {time['left_out']} comparisons, {time['attempts_left_out']} passing "
+            "attempts without a span (CPU preview, graded before spans were recorded, or no "
+            "working profiler)"
+        )
     return lines
 
 

@@ -83,8 +83,9 @@ def test_spread_of_one_series() -> None:
 
 def test_time_source_is_a_parameter() -> None:
     assert check_time_source("e2e") == "impl_median_ms"
+    assert check_time_source("span") == "span_ms"
     with pytest.raises(ValueError, match="time source"):
-        check_time_source("span")
+        check_time_source("host")
 
 
 def _row(

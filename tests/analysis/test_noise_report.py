@@ -91,7 +91,13 @@ def test_analyze_prints_the_noise_aware_table_labelled_preview(
     )
     assert all(r["grading"].startswith("PREVIEW") for r in rows)
     assert (tmp_path / "noise_bands.csv").exists()
-    assert main(["analyze", "--db", str(pilot_db), "--time", "span"]) == 2
+    assert main(["analyze", "--db", str(pilot_db), "--time", "host"]) == 2
+    capsys.readouterr()
+    # the simulated grader reports no spans: on spans every passing attempt is left out
+    assert main(["analyze", "--db", str(pilot_db), "--time", "span", "--json"]) == 0
+    on_spans = json.loads(capsys.readouterr().out)["time"]
+    assert on_spans["source"] == "span" and on_spans["attempts_left_out"] > 0
+    assert on_spans["left_out"] == on_spans["comparisons"] - on_spans["with_time"] > 0
 
 
 @pytest.mark.slow

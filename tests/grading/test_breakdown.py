@@ -58,7 +58,7 @@ class _Link:
         self.runner = runner
 
     def request(self, message: dict[str, Any], deadline: float) -> tuple[dict, list]:
-        assert message == {"op": "profile"}
+        assert message["op"] == "profile" and set(message) == {"op", "span_calls"}
         return self.runner.dispatch(message, [])[0], []
 
 
@@ -70,7 +70,8 @@ def _gpu_runner(solve: Any) -> _Link:
 
 def test_device_time_comes_from_the_runners_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(dsl_hooks, "profiled_device_ms", lambda call: (call(), 0.25)[1])
+    found = dsl_hooks.ProfiledCalls(0.25, [0.3])
+    monkeypatch.setattr(dsl_hooks, "profiled_calls", lambda call, n: (call(), found)[1])
     result: dict[str, Any] = {}
     threads = CallBreakdown(result).settle("eager", _gpu_runner(lambda: calls.append(1)), 0, True)
     assert result["breakdown"]["eager"]["device_ms"] == 0.25
@@ -78,7 +79,8 @@ def test_device_time_comes_from_the_runners_profile(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_device_time_that_is_not_a_time_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dsl_hooks, "profiled_device_ms", lambda call: -7.0)
+    found = dsl_hooks.ProfiledCalls(-7.0, [])
+    monkeypatch.setattr(dsl_hooks, "profiled_calls", lambda call, n: found)
     result: dict[str, Any] = {}
     split = CallBreakdown(result)
     split.add("submission", {"host_ms": 0.1, "ms": 0.2})
@@ -110,6 +112,7 @@ def test_cpu_grading_reports_host_and_end_to_end_per_side(grade) -> None:
         figures = split[side]
         assert figures["calls"] == TIMED and figures["ignored"] == 0
         assert figures["device_ms"] is None  # no profiler on the CPU preview
+        assert figures["span_ms"] is None and figures["span_calls"] == 0  # nor spans
         assert 0 < figures["host_ms"] < 10_000 and figures["host_ms"] == figures["e2e_ms"]
     assert split["submission"]["e2e_ms"] == pytest.approx(feedback.impl_event_median_ms)
     assert split["eager"]["e2e_ms"] == pytest.approx(feedback.eager_event_median_ms)

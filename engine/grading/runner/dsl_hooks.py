@@ -19,6 +19,7 @@ import importlib
 import os
 import re
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -226,6 +227,8 @@ def dsl_available(dsl: str) -> bool:
 # -- profiler measurements: the kernel audit's cross-check, the device time per call ----
 CONTROL_NAME_HINTS = ("fill", "add", "elementwise", "vectorized")
 DEVICE_PROFILE_CALLS = 3  # profiled calls per device-time figure (informational only)
+MAX_SPAN_CALLS = 64  # the most profiled calls one "profile" request runs for spans
+SPAN_BUDGET_S = 2.0  # profiled calls for spans stop after this long (once 3 have run)
 GLOBAL_FUNCTION = re.compile(
     r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\("
 )
@@ -274,6 +277,56 @@ def profiled_device_ms(call: Callable[[], Any], calls: int = DEVICE_PROFILE_CALL
             return None
         sums.append(sum(e.duration_us for e in events[1:]) / 1e3)
     return statistics.median(sums)
+
+
+class ProfiledCalls(NamedTuple):
+    """What :func:`profiled_calls` saw: the GPU time per call and each call's span (ms)."""
+
+    device_ms: float | None  # median over the calls of their events' summed durations
+    spans_ms: list[float]  # per call with device work: first start to last end of its events
+
+
+def span_us(events: list[DeviceEvent]) -> float | None:
+    """First start to last end of ``events`` (µs): the device time one call spans, its gaps
+    between kernels included; None when there are none."""
+    if not events:
+        return None
+    return max(e.start_us + e.duration_us for e in events) - min(e.start_us for e in events)
+
+
+def requested_calls(value: Any) -> int:
+    """The profiled calls a ``profile`` request asks for (its ``span_calls``), within
+    1..``MAX_SPAN_CALLS``; ``DEVICE_PROFILE_CALLS`` when it is not an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return DEVICE_PROFILE_CALLS
+    return min(max(value, 1), MAX_SPAN_CALLS)
+
+
+def profiled_calls(
+    call: Callable[[], Any],
+    calls: int,
+    budget_s: float = SPAN_BUDGET_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ProfiledCalls | None:
+    """``calls`` profiled calls of ``call``, each in its own region after a control kernel and
+    a device synchronize: the median summed device time and each call's span, the control
+    left out. Calls stop early once ``budget_s`` has passed (after ``DEVICE_PROFILE_CALLS``).
+    None when the profiler cannot run here or missed the control kernel."""
+    sums: list[float] = []
+    spans: list[float] = []
+    end = clock() + budget_s
+    for i in range(max(1, calls)):
+        if i >= DEVICE_PROFILE_CALLS and clock() > end:
+            break
+        events = _device_events(call)
+        if not events or not _is_control(events[0].name):
+            return None
+        body = events[1:]
+        sums.append(sum(e.duration_us for e in body) / 1e3)
+        span = span_us(body)
+        if span is not None:  # a call that ran nothing on the device spans nothing
+            spans.append(span / 1e3)
+    return ProfiledCalls(statistics.median(sums), spans)
 
 
 def warm_profiler() -> bool:

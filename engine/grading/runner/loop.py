@@ -370,10 +370,7 @@ class Runner:
         device start to last device end (None on CPU or without a working profiler)."""
         last = self.last_inputs
         hooks = _hooks()
-        calls = (message or {}).get("span_calls")
-        if isinstance(calls, bool) or not isinstance(calls, int):
-            calls = hooks.DEVICE_PROFILE_CALLS
-        calls = min(max(calls, 1), hooks.MAX_SPAN_CALLS)
+        calls = hooks.requested_calls((message or {}).get("span_calls"))
         seen = hooks.profiled_calls(lambda: self.solve(*last), calls) if self.cuda else None
         return {
             "op": "profiled",
