@@ -21,7 +21,14 @@ ENGINE_KEYS = ("final_repeats", "gpu")
 MAX_FINAL_REPEATS = 20
 BACKEND_KEYS: dict[str, tuple[str, ...]] = {
     # engine.grading.backends.local.LocalBackend (config comes from the contract options)
-    "local": ("gpus", "preview_slots", "warm", "preload_dsls", "cpu_placement"),
+    "local": (
+        "gpus",
+        "preview_slots",
+        "warm",
+        "preload_dsls",
+        "cpu_placement",
+        "preview_ahead",
+    ),
     # engine.grading.backends.fleet.FleetBackend and the HttpBackend it extends
     "http": (
         "urls",

@@ -134,7 +134,7 @@ async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
     from engine.grading.parent.evaluate import feedback_from, make_job
     from engine.grading.parent.supervise import Limits, child_env
 
-    backend = LocalBackend(gpus=None, preload_dsls=False, config=EvalConfig())
+    backend = LocalBackend(gpus=None, preload_dsls=False, config=EvalConfig(), preview_ahead=True)
     await backend.start()
     try:
         first = await backend.grade(GradeRequest("p28", "cute", HONEST))
@@ -156,3 +156,19 @@ async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
     feedback = feedback_from(request, outcome, "cpu")
     assert feedback.verdict == "preview" and feedback.jailed is False
     assert feedback.clock["judge_started_ahead"] is False
+
+
+async def test_a_preview_on_few_cores_starts_nothing_ahead() -> None:
+    """Under PREVIEW_AHEAD_MIN_CPUS CPUs a preview slot's warm parent starts no runner and
+    no judge ahead (each job starts its own); preview_ahead decides it where given."""
+    from engine.grading.backends.local import PREVIEW_AHEAD_MIN_CPUS
+
+    def ahead(backend: LocalBackend) -> bool:
+        parent = backend.slots[0].parent
+        assert parent is not None
+        return parent.spare_device != "none"
+
+    few = len(os.sched_getaffinity(0)) < PREVIEW_AHEAD_MIN_CPUS
+    assert ahead(LocalBackend(gpus=None)) is not few
+    assert ahead(LocalBackend(gpus=None, preview_ahead=True)) is True
+    assert ahead(LocalBackend(gpus=None, preview_ahead=False)) is False

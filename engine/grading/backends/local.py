@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -137,6 +138,11 @@ class WarmParent:
         self.proc = None
 
 
+# CPU preview starts a judge and a runner ahead of the next job only with this many CPUs: on
+# fewer, the start-ahead competes for the cores with the job it is meant to speed up
+PREVIEW_AHEAD_MIN_CPUS = 4
+
+
 class Slot:
     """One place an evaluation can run: a GPU (pinned) or a CPU preview slot."""
 
@@ -149,6 +155,7 @@ class Slot:
         preload_dsls: bool,
         unsafe_no_jail: bool = False,
         spares: int = 1,
+        ahead: bool = True,
     ) -> None:
         self.label = label
         self.device = device
@@ -157,7 +164,8 @@ class Slot:
             WarmParent(
                 env,
                 preload_dsls,
-                spare_device=device,
+                # ahead=False: no runner and no judge started ahead (each job starts its own)
+                spare_device=device if ahead else "none",
                 unsafe_no_jail=unsafe_no_jail,
                 spares=spares,
             )
@@ -198,6 +206,7 @@ class LocalBackend:
         warm: bool = True,
         preload_dsls: bool = True,
         cpu_placement: str = "auto",
+        preview_ahead: bool | None = None,
     ) -> None:
         self.config = config or EvalConfig()
         if gpus == "auto":
@@ -235,6 +244,11 @@ class LocalBackend:
             # CPU preview runs no DSL kernel unless asked to check DSL launches: importing
             # both DSLs in every warm parent and spare runner would only slow start-up
             preload_dsls = preload_dsls and bool(self.config.dsl_checks)
+            # a judge and a runner started ahead (a runner's start is ~4 s of CPU: torch's
+            # import) only pay where cores are free to start them beside the running job
+            ahead = preview_ahead
+            if ahead is None:
+                ahead = len(os.sched_getaffinity(0)) >= PREVIEW_AHEAD_MIN_CPUS
             for i in range(max(1, preview_slots)):
                 env = child_env(
                     {**self.config.env, **placement.NO_PLACEMENT, "CUDA_VISIBLE_DEVICES": ""}
@@ -247,8 +261,9 @@ class LocalBackend:
                         warm,
                         preload_dsls,
                         self.config.unsafe_no_jail,
-                        # CPU preview runners start in about a second: one is enough
+                        # CPU preview runners start in seconds: one is enough
                         min(1, self.config.spare_runners),
+                        ahead=ahead,
                     )
                 )
         self._free: asyncio.Queue[Slot] | None = None
