@@ -126,11 +126,19 @@ class PagedScreen(Screen[None]):
         Binding("pageup", "page_main(-1)", "Page up the table", show=False, id="page.up"),
         Binding("pagedown", "page_main(1)", "Page down the table", show=False,
                 id="page.down"),
+        Binding("e", "experiments", "Experiments: pick one, compare two", show=False,
+                id="page.experiments"),
     ]
 
     def main_scrollable(self) -> Widget | None:
         """The widget PageUp / PageDown page (None: nothing to page)."""
         return None
+
+    def action_experiments(self) -> None:
+        """The store's experiments (``screens/experiments.py``): switch, compare two."""
+        from screens.experiments import ExperimentsScreen  # it builds on this module
+
+        self.app.push_screen(ExperimentsScreen())
 
     def action_page_main(self, direction: int) -> None:
         target = self.main_scrollable()
