@@ -94,12 +94,15 @@ def grading_row(feedback: dict[str, Any], path: Path, variant: str, wall: float)
             "host_us": us(submission.get("host_ms")),
             "e2e_us": us(submission.get("e2e_ms")),
             "device_us": us(submission.get("device_ms")),
+            "span_us": us(submission.get("span_ms")),
         },
         "eager": {
             "host_us": us(eager.get("host_ms")),
             "e2e_us": us(eager.get("e2e_ms")),
             "device_us": us(eager.get("device_ms")),
+            "span_us": us(eager.get("span_ms")),
         },
+        "cpu_placement": (feedback.get("clock") or {}).get("cpu_placement"),
         "timings_s": feedback.get("timings_s"),
         "wall_s": round(wall, 2),
     }
@@ -141,6 +144,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             return round(statistics.median(found), 3) if found else None
 
         plain_speedup = spread([r["speedup_e2e"] for r in plain])
+        span_speedups = [
+            r["eager"]["span_us"] / r["solution"]["span_us"]
+            for r in jailed
+            if r["eager"].get("span_us") and r["solution"].get("span_us")
+        ]
         grader_speedup = spread([r["speedup"] for r in jailed])
         gap = None
         if plain_speedup.get("median") and grader_speedup.get("median"):
@@ -150,6 +158,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "plain_speedup_device": spread([r["speedup_device"] for r in plain]),
             "grader_speedup": grader_speedup,
             "grader_unjailed_speedup": spread([r["speedup"] for r in unjailed]),
+            # the GPU span (taken after the timed calls): its spread against end to end's
+            "grader_span_speedup": spread(span_speedups),
             "grader_vs_plain": gap,
             "host_us_per_call": {
                 "plain": med(plain, "solution", "host_us"),

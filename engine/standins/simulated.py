@@ -22,6 +22,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from engine.attempts.spec import AttemptOutcome, AttemptSpec
@@ -117,6 +118,9 @@ class SimulatedRunner:
 
     With ``final_runtime_ms`` its finals name their true runtime: that for solo arms, times
     ``skill_runtime_factor`` (one number, or per problem id) for skill-conditioned arms.
+    With ``finals_from`` (a folder) every final is that folder's ``{problem}_{dsl}.py``, e.g.
+    ``problems/solutions``: an experiment of the reference solutions, graded for real by the
+    configured backend (``experiments/solutions.toml``; a bundle of it re-grades them elsewhere).
     """
 
     submissions: int = 10
@@ -124,8 +128,18 @@ class SimulatedRunner:
     delay_s: float = 0.0
     final_runtime_ms: float | None = None
     skill_runtime_factor: float | dict[str, float] = 1.0
+    finals_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.finals_from is not None and not Path(self.finals_from).is_dir():
+            raise ValueError(f"[agent] finals_from: {self.finals_from!r} is not a folder")
 
     def _final_source(self, base: str, node: Any, skill_seed: str) -> str:
+        if self.finals_from is not None:
+            path = Path(self.finals_from) / f"{node.problem_id}_{node.dsl}.py"
+            if not path.is_file():
+                raise ValueError(f"[agent] finals_from: no {path.name} in {self.finals_from}")
+            return path.read_text()
         if self.final_runtime_ms is None:
             return f"# {base} final {skill_seed[:16]}\n"
         factor = self.skill_runtime_factor

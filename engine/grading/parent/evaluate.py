@@ -155,6 +155,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                     ("breakdown", data.get("breakdown")),  # the runners' host/device split
                     ("call_trace", data.get("call_trace")),  # diagnostics, when asked for
                     ("warm_calls", data.get("warm_calls")),  # how many ran per side
+                    ("cpu_placement", data.get("cpu_placement")),  # judge/placement.py
                 )
                 if v
             },

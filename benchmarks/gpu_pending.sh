@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# What is left for a GPU, in one place: each step one device call (at most 10 minutes), run
+# from the staged snapshot (benchmarks/gpu_stage.sh; then `cd /tmp/snap && export PYTHONPATH=.`)
+# with its records under $OUT. Commit the records under docs/gpu-runs/DATE-purpose/.
+#
+#   bash benchmarks/gpu_pending.sh STEP $OUT        STEP: one of the names below, or "list"
+#
+# One lease (1,800 s of device time, ~3 min of it staging) holds host, quiet, redteam1,
+# redteam2 and validate, in that order; the rest waits for the next.
+#
+#   host       the quiet path: where a small call's host time goes in a plain process (hooks,
+#              CUPTI attached, CUPTI recording, CUPTI detached), p28/p36 both DSLs  (~4 min)
+#   quiet      the grader against a plain process, p28/p36 both DSLs, 3 rounds, with the
+#              old profiler order and without CPU placement beside the default; the span
+#              speedups and A/A bands come with it                                  (~8 min)
+#   quiet25    the same for p25 (~50 µs calls), 3 rounds                           (~4 min)
+#   p52        the same for p52 (2 ms calls): A/A bands and span vs end to end      (~4 min)
+#   redteam1   the dynamic red-team set, part 1 of 2, real p28 CuTe kernel          (~150 s)
+#   redteam2   part 2 of 2                                                          (~150 s)
+#   validate   the 14 reference solutions and the two controls (ARCHS, target check) (~250 s)
+#   solutions  experiments/solutions.toml on the GPU, then its bundle (solutions.mkb) (~7 min)
+#   regrade    in a later lease: mkb regrade of that bundle (carry it back in)      (~7 min)
+set -euo pipefail
+STEP=${1:?usage: $0 STEP OUT (or: $0 list)}
+OUT=${2:-}
+S=problems/solutions
+if [ "$STEP" = list ]; then
+  sed -n '10,22p' "$0" | sed 's/^#//'
+  exit 0
+fi
+: "${OUT:?OUT is required}"
+mkdir -p "$OUT"
+case "$STEP" in
+  host)
+    python3 benchmarks/host_overhead_gpu.py "$OUT/host_overhead.jsonl" \
+      $S/p28_cute.py $S/p28_tirx.py $S/p36_cute.py $S/p36_tirx.py --rounds 3 ;;
+  quiet)
+    python3 benchmarks/grader_vs_plain_gpu.py "$OUT/quiet.jsonl" \
+      $S/p28_cute.py $S/p28_tirx.py $S/p36_cute.py $S/p36_tirx.py \
+      --rounds 3 --variant profiler-early --variant no-placement ;;
+  quiet25)
+    python3 benchmarks/grader_vs_plain_gpu.py "$OUT/quiet25.jsonl" $S/p25_cute.py $S/p25_tirx.py \
+      --rounds 3 --variant profiler-early --variant no-placement ;;
+  p52)
+    python3 benchmarks/grader_vs_plain_gpu.py "$OUT/p52.jsonl" $S/p52_cute.py $S/p52_tirx.py \
+      --rounds 5 --calls 20 ;;
+  redteam1) python3 benchmarks/redteam_gpu.py --out "$OUT/rt" --device cuda --part 1/2 ;;
+  redteam2) python3 benchmarks/redteam_gpu.py --out "$OUT/rt" --device cuda --part 2/2 ;;
+  validate) python3 benchmarks/gpu_validation.py "$OUT/validation" ;;
+  solutions)
+    python3 -m app.cli run experiments/solutions.toml --db "$OUT/solutions.sqlite"
+    python3 -m app.cli analyze --experiment solutions --db "$OUT/solutions.sqlite" \
+      > "$OUT/solutions.analysis.txt"
+    python3 -m app.cli bundle export solutions --db "$OUT/solutions.sqlite" --out "$OUT/solutions.mkb" ;;
+  regrade)
+    BUNDLE=${3:?regrade needs the bundle: $0 regrade OUT BUNDLE}
+    python3 -m app.cli bundle verify "$BUNDLE"
+    python3 -m app.cli regrade "$BUNDLE" --device cuda --db "$OUT/regrade.sqlite" > "$OUT/regrade.txt" ;;
+  *) echo "unknown step $STEP ($0 list)" >&2; exit 2 ;;
+esac
