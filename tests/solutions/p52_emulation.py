@@ -1,9 +1,13 @@
-"""What the two p52 GEMM emulations share: the narrow-accumulator model and the check of an
-emulation against the problem's reference with the judge's rule (codes and scales bit-exact)."""
+"""What the p52 GEMM emulations share: the narrow-accumulator model, the check of an emulation
+against the problem's reference with the judge's rule (codes and scales bit-exact), the kernel
+constants read from a kernel's source, and the Blackwell (tcgen05 + TMEM) GEMM that the CuTe and
+TIRx sm_100a kernels both implement."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,3 +55,78 @@ def check_emulation(
     v, z = reference_and_anchor(problem.module.reference, inputs)
     ok, structure, checks = check_outputs(out, v, z)
     assert ok, (structure, [c.as_dict() for c in checks])
+
+
+def kernel_constants(path: Path) -> dict[str, Any]:
+    """The module-level constants of a kernel file (literals and simple arithmetic on them),
+    read from its source so an emulation and the kernel cannot drift apart."""
+    values: dict[str, Any] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                names = target.elts if isinstance(target, ast.Tuple) else [target]
+                try:
+                    value = eval(compile(ast.Expression(node.value), "k", "eval"), {}, values)
+                except Exception:  # noqa: BLE001 - not a constant
+                    continue
+                parts = value if isinstance(target, ast.Tuple) else [value]
+                for name, part in zip(names, parts):
+                    if isinstance(name, ast.Name):
+                        values[name.id] = part
+    return values
+
+
+def tcgen05_block_sums(a: torch.Tensor, b: torch.Tensor, acc_bits: int | None) -> torch.Tensor:
+    """fp32 block sums [K/128, T, T] of two code tiles [T, K] (float64 codes): per K block a
+    fresh TMEM accumulator, the sum of its four k32 ``tcgen05.mma`` steps in order."""
+    tile, kb = a.shape[0], a.shape[1] // GROUP
+    steps = GROUP // K_STEP
+    parts = torch.einsum(
+        "mbsk,nbsk->bsmn",
+        a.view(tile, kb, steps, K_STEP),
+        b.view(b.shape[0], kb, steps, K_STEP),
+    )
+    blk = torch.zeros(kb, tile, b.shape[0], dtype=torch.float32)
+    for step in range(steps):
+        blk = truncate((blk.double() + parts[:, step]).float(), acc_bits)
+    return blk
+
+
+def emulate_tcgen05(
+    quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    tile: int,
+    x: torch.Tensor,
+    w_codes: torch.Tensor,
+    w_scales: torch.Tensor,
+    bias: torch.Tensor,
+    acc_bits: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Blackwell p52 GEMMs (CuTe and TIRx alike): one CTA per ``tile`` x ``tile`` output
+    tile; ``quantize(x)`` gives codes [M, K] and transposed scales ``sxT[K/128, M_pad]``
+    (padding garbage); rows past M are zero codes (TMA zero fill); the promotion thread of
+    tile row ``t`` (TMEM lane ``t``) does one FMA per element with the fp32 product
+    ``sxT[kb, m0 + t] * w_scale[n_blk, kb]`` per K block (32-column ``tcgen05.ld`` chunks change
+    nothing elementwise); then ``+ bias`` in fp32, bf16, and only rows < M are stored.
+    Returns (codes, scales [M, K/128], output)."""
+    m, k = x.shape
+    n = w_codes.shape[0]
+    codes, sxT = quantize(x)
+    m_pad = sxT.shape[1]
+    cx = torch.zeros(m_pad, k, dtype=torch.float64)
+    cx[:m] = codes.double()
+    cw = w_codes.double()
+    lane = torch.arange(tile)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    for m0 in range(0, m_pad, tile):
+        for n_blk in range(n // tile):
+            n0 = n_blk * tile
+            blks = tcgen05_block_sums(cx[m0 : m0 + tile], cw[n0 : n0 + tile], acc_bits)
+            acc = torch.zeros(tile, tile, dtype=torch.float32)  # [thread, column]
+            for kb in range(k // GROUP):
+                s = sxT[kb, m0 + lane] * w_scales[n_blk, kb]  # fp32 multiply, one per thread
+                acc = (acc.double() + blks[kb][lane].double() * s[:, None].double()).float()
+            y = (acc + bias[n0 : n0 + tile].float()[None, :]).to(torch.bfloat16)
+            rows = m0 + lane
+            keep = rows < m  # the row guard of the epilogue's stores
+            out[rows[keep], n0 : n0 + tile] = y[keep]
+    return codes, sxT[:, :m].T.contiguous(), out

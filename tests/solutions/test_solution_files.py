@@ -109,6 +109,8 @@ def test_check_gpu_summary_keeps_the_verdict_fields() -> None:
 
 # code that uses WGMMA (CuTe's warpgroup MMA and Hopper helpers, TIRx's wgmma intrinsics)
 HOPPER_ONLY = ("cute.nvgpu.warpgroup", "hopper_helpers", "T.ptx.wgmma", "T.cuda.wgmma")
+# code that uses tcgen05 MMA / TMEM (CuTe's tcgen05 module, TIRx's tcgen05 PTX intrinsics)
+BLACKWELL_ONLY = ("nvgpu import cpasync, tcgen05", "tcgen05.mma", "tcgen05.alloc")
 ALL_FILES = FILES + sorted((SOLUTIONS / "variants").glob("p[0-9][0-9]_*_*.py"))
 
 
@@ -119,11 +121,13 @@ def test_solution_declares_the_architectures_it_is_written_for(path: Path) -> No
     source = path.read_text(encoding="utf-8")
     if any(use in source for use in HOPPER_ONLY):  # WGMMA does not exist on sm_100a
         assert "sm_100a" not in archs
+    if any(use in source for use in BLACKWELL_ONLY):  # nor tcgen05 on sm_90a
+        assert "sm_90a" not in archs
 
 
 def test_each_problem_and_dsl_has_a_solution_for_each_arch() -> None:
-    """On sm_100a, p52 has the tcgen05 CuTe variant and, in TIRx, only the hybrid variant
-    (TIRx quantization kernels, eager fp32 GEMM)."""
+    """On sm_100a, p52 has the tcgen05 variants (CuTe and TIRx) besides the two hybrids
+    (quantization kernels, eager fp32 GEMM)."""
     covered = {
         (f.stem.split("_")[0], f.stem.split("_")[1], arch)
         for f in ALL_FILES
