@@ -61,7 +61,11 @@ def test_quiet_phases_stop_the_whole_tree_and_the_others_let_it_go() -> None:
         ]:
             pause.phase(phase)
             time.sleep(0.05)
-            assert {state(parent.pid), state(child)} == {expected}, phase
+            states = {state(parent.pid), state(child)}
+            if expected == "T":
+                assert states == {"T"}, phase  # the whole tree stopped
+            else:  # let go: sleeping, or running at that instant on a loaded machine
+                assert "T" not in states, phase
     finally:
         parent.kill()
         os.kill(child, 9)

@@ -154,6 +154,7 @@ def _cost(fn: object, *args: object) -> tuple[float, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a CPU budget: measured alone, not beside another worker's gradings
 async def test_lift_view_at_ten_thousand_attempts_within_budget(tmp_path: Path) -> None:
     """The Noise tab costs a redraw of the Lift view nothing while hidden, and filling it when
     shown takes two steps of at most 50 ms of UI-thread CPU each (10,000 attempts, 30,000
