@@ -48,10 +48,11 @@ from storage.event_rows import text_hash
 LOCAL_BACKENDS = ("local", "simulated")  # graded on this machine
 
 
-def grading_host(backend_name: str, device: str) -> str:
-    """The grading host of a feedback: this machine (local grading) or the backend's name (a
-    pool of hosts the feedback does not tell apart), with the device it reported."""
-    where = _this_host() if backend_name in LOCAL_BACKENDS else backend_name
+def grading_host(backend_name: str, device: str, reported: str = "") -> str:
+    """The grading host of a feedback, with the device it reported: the host and slot the
+    grader named (``Feedback.host``, through any backend), else this machine (local grading)
+    or the backend's name (a pool of hosts the feedback does not tell apart)."""
+    where = reported or (_this_host() if backend_name in LOCAL_BACKENDS else backend_name)
     return f"{where} · {device}" if device else where
 
 
@@ -146,7 +147,9 @@ def _record_final(
         return None
     source, feedback = final
     series = repeat_rows.final_series(attempt_id, try_number)
-    host = grading_host(backend_name, str(feedback.get("device") or ""))
+    host = grading_host(
+        backend_name, str(feedback.get("device") or ""), str(feedback.get("host") or "")
+    )
     repeat_rows.record_repeat(
         db,
         series,
@@ -281,7 +284,7 @@ class FinalRepeats:
         if not opened:
             return  # graded already (a resumed run found it done)
         feedback = await self.retry.grade(_Gated(self.backend, self.gate), item.request)
-        host = grading_host(self.backend.name, feedback.device)
+        host = grading_host(self.backend.name, feedback.device, feedback.host)
         stored = await self.publisher.publish(
             FinalRepeatGraded(
                 self.experiment_id,

@@ -74,7 +74,9 @@ def measure(
                 source=request.source,
             )
         feedback = grade_in_subprocess(request, config, device).to_dict()
-        host = grading_host("local", str(feedback.get("device") or ""))
+        host = grading_host(
+            "local", str(feedback.get("device") or ""), str(feedback.get("host") or "")
+        )
         if store is not None:
             store.write_sync(repeat_rows.finish_repeat, series, k, feedback, host=host)
         feedbacks.append(feedback)

@@ -87,6 +87,9 @@ class Feedback:
     impl_event_median_ms: float | None = None
     eager_event_median_ms: float | None = None
     jailed: bool | None = None  # the runner ran in the bubblewrap jail (False: --unsafe-no-jail)
+    # the machine and slot that graded it ("hostname:gpu0"), set by the grader that ran it and
+    # carried through http, fleet and Ray: A/A bands are kept per grading host
+    host: str = ""
 
     @property
     def scored_pass(self) -> bool:

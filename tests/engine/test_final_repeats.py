@@ -4,6 +4,7 @@ run grading only what is not stored."""
 
 from __future__ import annotations
 
+import socket
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,3 +149,14 @@ async def test_a_resumed_run_grades_only_the_missing_repeats(db_path: Path) -> N
             for r in store.read_sync(repeat_rows.series_rows, repeat_rows.final_series(a.id, 1))
         }
         assert after == before  # the same draws (noise keyed by request), nothing lost
+
+
+def test_the_grading_host_is_the_one_the_grader_named_else_this_machine_or_the_pool() -> None:
+    from engine.final_repeats import grading_host
+
+    assert grading_host("fleet", "NVIDIA H200", "node7:gpu3") == "node7:gpu3 · NVIDIA H200"
+    assert grading_host("fleet", "NVIDIA H200") == "fleet · NVIDIA H200"  # a pool, unnamed
+    assert grading_host("local", "", "") == socket.gethostname()
+    reply = Feedback.from_dict({**Feedback("pass", host="node7:gpu3").to_dict()})
+    assert reply.host == "node7:gpu3"  # what a service sends comes back whole
+    assert Feedback.from_dict({"verdict": "pass"}).host == ""  # an older grader's reply

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -331,6 +332,7 @@ class LocalBackend:
                 job = make_job(request, device, self.config, workdir)
                 outcome = await slot.run(job, limits, workdir)
                 feedback = feedback_from(request, outcome, device)
+                feedback.host = f"{socket.gethostname()}:{slot.label}"
                 if attempt == 1 and slot.parent is not None and _failed_before_import(outcome):
                     # The forked child could not even start (e.g. a library initialised CUDA
                     # in the warm parent): grade cold on this slot from now on.
