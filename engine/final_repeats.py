@@ -49,10 +49,11 @@ LOCAL_BACKENDS = ("local", "simulated")  # graded on this machine
 
 
 def grading_host(backend_name: str, device: str, reported: str = "") -> str:
-    """The grading host of a feedback, with the device it reported: the host and slot the
-    grader named (``Feedback.host``, through any backend), else this machine (local grading)
-    or the backend's name (a pool of hosts the feedback does not tell apart)."""
-    where = reported or (_this_host() if backend_name in LOCAL_BACKENDS else backend_name)
+    """The grading host of a feedback, with the device it reported: the machine the grader
+    named (``Feedback.host`` less its slot, through any backend), else this machine (local
+    grading) or the backend's name (a pool of hosts the feedback does not tell apart)."""
+    machine = reported.split(":")[0]  # a machine's GPUs share one band (its CPU's noise)
+    where = machine or (_this_host() if backend_name in LOCAL_BACKENDS else backend_name)
     return f"{where} · {device}" if device else where
 
 

@@ -154,7 +154,7 @@ async def test_a_resumed_run_grades_only_the_missing_repeats(db_path: Path) -> N
 def test_the_grading_host_is_the_one_the_grader_named_else_this_machine_or_the_pool() -> None:
     from engine.final_repeats import grading_host
 
-    assert grading_host("fleet", "NVIDIA H200", "node7:gpu3") == "node7:gpu3 · NVIDIA H200"
+    assert grading_host("fleet", "NVIDIA H200", "node7:gpu3") == "node7 · NVIDIA H200"
     assert grading_host("fleet", "NVIDIA H200") == "fleet · NVIDIA H200"  # a pool, unnamed
     assert grading_host("local", "", "") == socket.gethostname()
     reply = Feedback.from_dict({**Feedback("pass", host="node7:gpu3").to_dict()})
