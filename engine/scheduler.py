@@ -485,8 +485,10 @@ class Engine:
         )
         if state == "finished":
             await self.repeats.add(attempt_id)  # repeat 1; queues repeats 2..R
-        if verdict == "preview" and not self.preview:
-            # graded without a GPU: the whole experiment is a PREVIEW, never scored
+        on_cpu = final is not None and final.device.startswith("cpu")
+        if (verdict == "preview" or on_cpu) and not self.preview:
+            # graded without a GPU (a preview verdict, or any verdict of a CPU grading, such
+            # as a kernel failing there): the whole experiment is a PREVIEW, never scored
             self.preview = True
             await self.store.write(writes.mark_experiment_preview, self.config.id)
         await self._comparisons_for(node)

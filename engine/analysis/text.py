@@ -69,7 +69,9 @@ def header_lines(report: dict[str, Any]) -> list[str]:
         if report["preview"]
         else "Grading: scored"
     )
-    if exp.get("gpu"):
+    if exp.get("gpu") and report["preview"]:
+        lines.append(f"Target {exp['gpu']} (what agents compiled for); graded in CPU preview")
+    elif exp.get("gpu"):
         lines.append(f"Graded on {exp['gpu']}")
     flags = report["exclusion"]["fail_flags"]
     if flags:

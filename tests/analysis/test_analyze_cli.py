@@ -144,7 +144,11 @@ def test_text_names_the_experiment_and_prints_every_tui_table(
     lines = out.splitlines()
     assert lines[0] == "Experiment ana (id ana)"
     assert lines[1].startswith("Grading: PREVIEW") and "not comparable" in lines[1]
-    assert lines[2] == "Graded on NVIDIA B200 (Blackwell, sm_100a)"
+    # a PREVIEW names the GPU agents compiled for, never as the one it was graded on
+    assert lines[2] == (
+        "Target NVIDIA B200 (Blackwell, sm_100a) (what agents compiled for); "
+        "graded in CPU preview"
+    )
     for heading in TUI_TABLES:
         [title] = [line for line in lines if line.startswith(heading)]
         if heading not in ("labels by task and annotator", "agreement (Cohen's kappa)"):
