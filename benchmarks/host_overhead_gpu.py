@@ -144,6 +144,9 @@ def child(path: Path, device: str, calls: int) -> dict[str, Any]:
     counter = dsl_hooks.install(dsl)
     row["hooks_after_cupti"] = time_calls(module.solve, make, calls, cuda)
     row["span"] = span_calls(module.solve, make, calls, reader)
+    # what is measured so far, in case cuptiFinalize takes the process down (the parent keeps
+    # the last line printed)
+    print(json.dumps(row), flush=True)
     with contextlib.suppress(Exception):
         row["finalize_ok"] = reader.finalize()
         row["finalized"] = time_calls(module.solve, make, calls, cuda)
@@ -161,9 +164,12 @@ def run_child(path: Path, device: str, calls: int) -> dict[str, Any]:
         cwd=REPO,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode != 0 or not lines:
+    if not lines:
         return {"file": path.name, "error": out.stderr[-1500:]}
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
+    row: dict[str, Any] = json.loads(lines[-1])
+    if out.returncode != 0:  # e.g. killed by cuptiFinalize: the conditions before it stand
+        row["exit"] = {"returncode": out.returncode, "stderr": out.stderr[-500:]}
+    return row
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
