@@ -43,7 +43,6 @@ def preload(dsls: bool) -> list[str]:
 
     # not torch._dynamo (2.4 s of CPU per warm parent on the 2-core dev machine): no judge
     # imports it since submissions run in the runner's process, not the judge's
-
     import engine.grading.judge.job  # noqa: F401
     import engine.grading.judge.kernel_audit  # noqa: F401
     import engine.grading.judge.timing  # noqa: F401
