@@ -32,6 +32,28 @@ def solution_files(only: list[str], dsl: str | None) -> list[Path]:
     return [f for f in picked if dsl is None or f.stem.split("_", 1)[1] == dsl]
 
 
+def variant_files(only: list[str], dsl: str | None, arch: str) -> list[Path]:
+    """Variant files ``variants/pNN_<dsl>_*.py`` that declare ``arch`` in their ``ARCHS``."""
+    from problems.solutions.compile_check import declares
+
+    picked = []
+    for path in sorted((SOLUTIONS / "variants").glob("p[0-9][0-9]_*.py")):
+        problem_id, variant_dsl = path.stem.split("_")[:2]
+        if only and problem_id not in only or dsl is not None and variant_dsl != dsl:
+            continue
+        if declares(path, arch):
+            picked.append(path)
+    return picked
+
+
+def device_arch() -> str:
+    """The architecture of this host's GPU: sm_100a on a Blackwell, sm_90a otherwise."""
+    import torch
+
+    major, _ = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
+    return "sm_100a" if major >= 10 else "sm_90a"
+
+
 def summarize(stem: str, fb: dict[str, object], seconds: float) -> dict[str, object]:
     """The fields of a feedback worth a glance."""
     keys = (
@@ -56,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsl", choices=("cute", "tirx"), default=None)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a preview)")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="also the variants that declare this GPU's arch (e.g. the tcgen05 p52 on a B200)",
+    )
     args = parser.parse_args(argv)
 
     from engine.grading.api import GradeRequest
@@ -64,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for path in solution_files(args.only, args.dsl):
-        problem_id, dsl = path.stem.split("_", 1)
+    files = solution_files(args.only, args.dsl)
+    if args.variants:
+        files += variant_files(args.only, args.dsl, device_arch())
+    for path in files:
+        problem_id, dsl = path.stem.split("_")[:2]
         source = path.read_text(encoding="utf-8")
         request = GradeRequest(problem_id, dsl, source, device=args.device, request_id=path.name)
         start = time.monotonic()

@@ -135,3 +135,14 @@ def test_each_problem_and_dsl_has_a_solution_for_each_arch() -> None:
     }
     wanted = {(f.stem.split("_")[0], f.stem.split("_")[1], a) for f in FILES for a in TARGET_ARCHS}
     assert wanted - covered == set()
+
+
+def test_the_gpu_check_adds_the_variants_that_declare_the_gpus_arch() -> None:
+    blackwell = {p.name for p in check_gpu.variant_files([], None, "sm_100a")}
+    hopper = {p.name for p in check_gpu.variant_files([], None, "sm_90a")}
+    assert {"p52_cute_tcgen05.py", "p52_tirx_tcgen05.py"} <= blackwell
+    assert not any("tcgen05" in name for name in hopper)
+    assert {p.name for p in check_gpu.variant_files(["p52"], "tirx", "sm_100a")} == {
+        "p52_tirx_hybrid.py",
+        "p52_tirx_tcgen05.py",
+    }
