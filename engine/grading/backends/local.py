@@ -79,7 +79,7 @@ class WarmParent:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env=self.env,
+            env={**self.env, "MKB_BACKEND_PID": str(os.getpid())},  # zygote: die_with_parent
             cwd=str(REPO_ROOT),
             limit=STREAM_LIMIT,
             start_new_session=True,

@@ -31,6 +31,7 @@ from typing import Any
 
 from engine.grading.judge import placement
 from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess, process_tree
+from engine.grading.processes import die_with_parent
 
 DSL_MODULES = ("cutlass", "cutlass.cute", "tvm", "tvm_ffi")
 
@@ -67,7 +68,9 @@ def preload(dsls: bool) -> list[str]:
 def _isolate(control: Sequence[int], spare: RunnerProcess | None) -> None:
     """In a forked judge: its own session, the warm parent's control pipe closed, the
     standard streams on /dev/null until the job's log is known."""
+    parent = os.getppid()
     os.setsid()
+    die_with_parent(parent)  # a judge never outlives its warm parent (nor its runner the judge)
     for fd in control:
         os.close(fd)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -412,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--unsafe-no-jail", action="store_true", help="spare runners unjailed")
     parser.add_argument("--spares", type=int, default=1, help="runners kept started ahead")
     args = parser.parse_args(argv)
+    # a SIGKILLed engine takes its warm parent along (and, through theirs, its judges): a
+    # grading left running would share the GPU with the resumed run's
+    die_with_parent(int(os.environ.get("MKB_BACKEND_PID", "0")) or None)
     share = placement.from_env()
     if share is not None:  # before torch's threads start: they, and every judge, inherit it
         placement.pin_self(share.judge)
