@@ -149,7 +149,8 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def speedup_lines(report: dict[str, Any]) -> list[str]:
+def speedup_lines(report: dict[str, Any], ratio: str = "B/A") -> list[str]:
+    """The speedup agreement of two sides; ``ratio`` names the log ratio's sides."""
     s = report["speedups"]
     rho = "-" if s["spearman"] is None else f"{s['spearman']:+.3f}"
     lines = [f"Speedups (both passing: {s['n']}): Spearman rank correlation {rho}"]
@@ -157,7 +158,7 @@ def speedup_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  NOTE: {report['speedups_note']}")
     for p in s["per_problem"]:
         lines.append(
-            f"  {p['problem']}: n {p['n']}  mean log(B/A) {p['mean_log_ratio']:+.3f}  "
+            f"  {p['problem']}: n {p['n']}  mean log({ratio}) {p['mean_log_ratio']:+.3f}  "
             f"ratio {p['ratio']:.3f}x"
         )
     return lines

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from engine.analysis.compare import render_side_by_side, side_by_side
+from engine.analysis.stored_compare import speedup_lines
 from engine.analysis.text import PREVIEW_TAG, share
 from engine.bundle.agreement import Pair, agreement
 from engine.bundle.content import Bundle
@@ -114,20 +115,6 @@ def _verdict_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _speedup_lines(report: dict[str, Any]) -> list[str]:
-    s = report["speedups"]
-    rho = "-" if s["spearman"] is None else f"{s['spearman']:+.3f}"
-    lines = [f"Speedups (both passing: {s['n']}): Spearman rank correlation {rho}"]
-    if not report["speedups_comparable"]:
-        lines.append(f"  NOTE: {report['speedups_note']}")
-    for p in s["per_problem"]:
-        lines.append(
-            f"  {p['problem']}: n {p['n']}  mean log(re-graded/original) "
-            f"{p['mean_log_ratio']:+.3f}  ratio {p['ratio']:.3f}x"
-        )
-    return lines
-
-
 def render_report(report: dict[str, Any]) -> str:
     """The agreement report as plain text (what ``mkb regrade`` prints)."""
     host = report["hosts"]["regrade"]
@@ -154,7 +141,7 @@ def render_report(report: dict[str, Any]) -> str:
         "",
         *_verdict_lines(report),
         "",
-        *_speedup_lines(report),
+        *speedup_lines(report, ratio="re-graded/original"),
         "",
         "The paper's tables: A = the bundle's results, B = re-graded here",
         render_side_by_side(report["tables"]),
