@@ -270,13 +270,8 @@ def profiled_device_ms(call: Callable[[], Any], calls: int = DEVICE_PROFILE_CALL
     """GPU time of one ``call``: the kernels, copies and sets it ran, summed (streams that
     overlap count twice); the median of ``calls`` profiled calls. None when the profiler
     cannot run here or missed the control kernel."""
-    sums: list[float] = []
-    for _ in range(calls):
-        events = _device_events(call)
-        if not events or not _is_control(events[0].name):
-            return None
-        sums.append(sum(e.duration_us for e in events[1:]) / 1e3)
-    return statistics.median(sums)
+    seen = profiled_calls(call, calls, budget_s=float("inf"))
+    return None if seen is None else seen.device_ms
 
 
 class ProfiledCalls(NamedTuple):
