@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -95,14 +94,6 @@ class RunSummary:
     interrupted: bool = False
 
 
-def this_command() -> str:
-    """How this process was started, for the run lock (``mkb run x.toml``)."""
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
-    if name in ("cli.py", "__main__.py"):
-        name = "mkb"
-    return " ".join([name, *sys.argv[1:]])[:300]
-
-
 class Engine:
     """Runs one experiment config against a store."""
 
@@ -137,14 +128,19 @@ class Engine:
         self._stop_requested = asyncio.Event()  # wakes the scheduling loop at once
         self.gate = GradingGate(config.concurrency.grading_slots)
         self.repeats = FinalRepeats(  # [grading] final_repeats: repeated finals, interleaved
-            publisher=self.publisher, backend=backend, gate=self.gate, retry=self.retry,
-            experiment_id=config.id, repeats=config.final_repeats, plan=self.plan,
+            publisher=self.publisher,
+            backend=backend,
+            gate=self.gate,
+            retry=self.retry,
+            experiment_id=config.id,
+            repeats=config.final_repeats,
+            plan=self.plan,
             ids=lambda: self.ids,
         )
         # the run lock: this engine's token, what the lock row shows, how it is kept fresh
         self.claim = RunLockClaim(
             uuid.uuid4().hex,
-            command if command is not None else this_command(),
+            command if command is not None else run_locks.this_command(),
             run_locks.STALE_AFTER_S,
         )
         self.owner = self.claim.owner

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import sys
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -39,6 +40,14 @@ STALE_AFTER_S = 60.0  # a row not refreshed for this long is dead (seen from ano
 
 _owners_lock = threading.Lock()
 _live_owners: set[str] = set()
+
+
+def this_command() -> str:
+    """How this process was started, for the run lock (``mkb run x.toml``)."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if name in ("cli.py", "__main__.py"):
+        name = "mkb"
+    return " ".join([name, *sys.argv[1:]])[:300]
 
 
 def register_owner(owner: str) -> None:
