@@ -53,6 +53,8 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
         "id": item.nodeid,
         "cpu_s": round(_cpu_s() - cpu, 2),
         "wall_s": round(time.perf_counter() - wall, 2),
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "end": round(time.time(), 2),  # with wall_s: when each worker was busy
     }
     with OUT.open("a") as fh:
         fh.write(json.dumps(row) + "\n")
@@ -69,7 +71,21 @@ def summarize(rows: list[dict[str, Any]], top: int = 25) -> str:
     lines = [f"{len(rows)} tests, {total:.0f} s of CPU", "   cpu s   wall s  tests  file"]
     for name, (cpu, wall, n) in sorted(per_file.items(), key=lambda kv: -kv[1][0])[:top]:
         lines.append(f"{cpu:8.1f} {wall:8.1f} {int(n):6d}  {name}")
+    lines += _workers(rows)
     return "\n".join(lines)
+
+
+def _workers(rows: list[dict[str, Any]]) -> list[str]:
+    """Each worker's busy time and when it ran out of tests (the tail the others waited)."""
+    if not rows or "end" not in rows[0]:
+        return []
+    start = min(r["end"] - r["wall_s"] for r in rows)
+    lines = ["worker  busy s  last test ended at s"]
+    for worker in sorted({r["worker"] for r in rows}):
+        mine = [r for r in rows if r["worker"] == worker]
+        busy = sum(r["wall_s"] for r in mine)
+        lines.append(f"{worker:6s} {busy:7.0f} {max(r['end'] for r in mine) - start:8.0f}")
+    return lines
 
 
 if __name__ == "__main__":
