@@ -2,6 +2,11 @@
 # Both install the project with both DSLs (CuTe DSL, TIRx: the `cute` and `tirx` extras) into
 # $(VENV), beside the pinned torch; they coexist (about 15 s and 0.8 GB more than torch alone).
 SHELL := /bin/bash
+# Python's default: compiled modules are cached in __pycache__ (git ignores them). Some hosts
+# export PYTHONDONTWRITEBYTECODE=1; then every process of the suite (each pytest worker's
+# assertion rewriting, each warm parent, each `mkb` child) compiled the project afresh.
+# Jailed runners set it again for themselves (judge/runner_proc.py: their tree is read-only).
+unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
