@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.analysis.noise import Z95, Series, pool, spread
 from engine.final_repeats import grading_host
-from engine.grading.api import GradeRequest
+from engine.grading.api import GradeRequest, graded_in_preview
 from engine.grading.options import EvalConfig
 from storage import repeats as repeat_rows
 from storage.store import Store
@@ -111,10 +111,7 @@ def summarize(
         "dsl": request.dsl,
         "series": series,
         "host": host,
-        "preview": any(
-            fb.get("verdict") == "preview" or str(fb.get("device", "")).startswith("cpu")
-            for fb in feedbacks
-        ),
+        "preview": any(graded_in_preview(fb.get("verdict"), fb.get("device")) for fb in feedbacks),
         "gradings": len(feedbacks),
         "verdicts": verdicts,
         "errors": verdicts.get("error", 0),

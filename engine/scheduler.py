@@ -481,8 +481,7 @@ class Engine:
         )
         if state == "finished":
             await self.repeats.add(attempt_id)  # repeat 1; queues repeats 2..R
-        on_cpu = final is not None and final.device.startswith("cpu")
-        if (verdict == "preview" or on_cpu) and not self.preview:
+        if final is not None and final.in_preview and not self.preview:
             # graded without a GPU (a preview verdict, or any verdict of a CPU grading, such
             # as a kernel failing there): the whole experiment is a PREVIEW, never scored
             self.preview = True

@@ -44,6 +44,12 @@ class Finding:
     line: int | None = None
 
 
+def graded_in_preview(verdict: str | None, device: str | None) -> bool:
+    """Whether a grading was a CPU preview: a "preview" verdict, or any verdict of a grading
+    on a CPU (a kernel failing there fails, but was never scored on its GPU)."""
+    return verdict == "preview" or str(device or "").startswith("cpu")
+
+
 @dataclass
 class Feedback:
     """What a grading returns: the verdict, a stable reason code and the evidence.
@@ -94,6 +100,10 @@ class Feedback:
     @property
     def scored_pass(self) -> bool:
         return self.verdict == "pass"
+
+    @property
+    def in_preview(self) -> bool:
+        return graded_in_preview(self.verdict, self.device)
 
     @property
     def pct_of_sol(self) -> float | None:

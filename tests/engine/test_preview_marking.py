@@ -9,7 +9,7 @@ from engine.analysis.outcomes import from_store
 from engine.analysis.report import analyze
 from engine.analysis.text import header_lines
 from engine.config import parse_config
-from engine.grading.api import Feedback, GradeRequest
+from engine.grading.api import Feedback, GradeRequest, graded_in_preview
 from engine.scheduler import Engine
 from engine.standins.simulated import SimulatedRunner
 from storage import queries
@@ -68,3 +68,13 @@ async def test_failures_graded_on_a_gpu_stay_scored(tmp_path: Path) -> None:
     assert preview is False
     assert "Grading: scored" in header
     assert any(line.startswith("Graded on NVIDIA H200") for line in header)
+
+
+def test_a_grading_is_a_preview_by_its_verdict_or_by_its_cpu() -> None:
+    assert graded_in_preview("preview", "cpu (preview)")
+    assert graded_in_preview("fail", "cpu (preview)")  # a kernel failing on the CPU
+    assert graded_in_preview("preview", None)
+    assert not graded_in_preview("fail", "NVIDIA H200")
+    assert not graded_in_preview("pass", "NVIDIA B200")
+    assert Feedback(verdict="error", device="cpu (preview)").in_preview
+    assert not Feedback(verdict="fail", device="NVIDIA H200").in_preview
