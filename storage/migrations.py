@@ -316,3 +316,21 @@ def m007_create_timing_repeats(db: Database) -> None:
         CREATE INDEX timing_repeats_attempt ON timing_repeats(attempt_id);
         """
     )
+
+
+@migrations()
+def m008_add_repeat_pairing(db: Database) -> None:
+    """The pairing of a comparison's interleaved finals (one job on one grading slot): both
+    arms' rows share ``pair_key`` (``pair:<experiment id>:<comparison id>``), ``arm`` says which
+    arm a row graded, ``slot`` the grading slot that ran it (``host`` stays machine · device),
+    ``span_ms`` the submission's GPU span per call from the feedback (NULL when absent).
+    Unpaired rows keep NULL ``pair_key`` and ``arm``."""
+    db.executescript(
+        """
+        ALTER TABLE timing_repeats ADD COLUMN pair_key TEXT;
+        ALTER TABLE timing_repeats ADD COLUMN arm TEXT
+            CHECK (arm IS NULL OR arm IN ('baseline','treatment'));
+        ALTER TABLE timing_repeats ADD COLUMN slot TEXT NOT NULL DEFAULT '';
+        ALTER TABLE timing_repeats ADD COLUMN span_ms REAL;
+        """
+    )
