@@ -1,0 +1,107 @@
+"""The adaptive stopping rule of a paired job (``[grading] final_repeats = "adaptive"``).
+
+After each new pair the engine calls :func:`decide` with every pair difference so far
+(``d_i = log t_base,i − log t_treat,i``). The design is a group-sequential paired t test with
+looks at k = 2 … ``max_pairs`` and a Pocock-type alpha-spending function (Lan–DeMets)
+``α(t) = α · ln(1 + (e − 1) t)`` with information fraction ``t = k / max_pairs``. Look k may
+reject at the nominal level ``α_k = α(k/K) − α((k−1)/K)`` (look 2 spends ``α(2/K)``): by the
+union bound the chance of any false stop over all looks is at most ``Σ α_k = α``, whatever the
+correlation between looks (conservative: it ignores that correlation). Pocock-type spending
+front-loads α, so a clear comparison stops at 2 pairs; the t statistic is the shrunk one of
+:mod:`engine.analysis.paired_test` (the band's σ as a prior), so 2 pairs already carry the
+band's degrees of freedom.
+
+Stopping for ``within`` (futility) never raises the false-call rate: it stops when ``max_pairs``
+is reached, or when the 1 − 2α interval of log ρ (two one-sided tests at α, the usual
+equivalence test) lies inside ±log(1 + ``relevant``): no practically relevant effect
+(``relevant`` defaults to 5 %).
+
+:func:`sequential_p` is the p-value of the whole sequence (``min_k p_k / w_k`` with
+``w_k = α_k / α``): valid under optional stopping by the same union bound, and what the
+Benjamini–Hochberg step across an experiment's comparisons takes for an adaptive comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from scipy import stats as sps
+
+from engine.analysis.paired_test import paired_test
+
+DECISIONS = ("continue", "help", "harm", "within")
+RELEVANT = 0.05  # |ρ − 1| below this is no practically relevant effect
+FIRST_LOOK = 2
+
+
+def spent(fraction: float, alpha: float = 1.0) -> float:
+    """Pocock-type alpha spending α · ln(1 + (e − 1) t), t in [0, 1]."""
+    t = min(max(fraction, 0.0), 1.0)
+    return alpha * math.log1p((math.e - 1) * t)
+
+
+def look_weight(k: int, max_pairs: int) -> float:
+    """The share of α look k may spend (0 before the first look and beyond the last)."""
+    if k < FIRST_LOOK or k > max_pairs:
+        return 0.0
+    start = 0.0 if k == FIRST_LOOK else spent((k - 1) / max_pairs)
+    return spent(k / max_pairs) - start
+
+
+def _prior(band_sigma: float | None, band_dof: int) -> tuple[float | None, int]:
+    """A difference of two gradings has variance 2σ² under the band of one grading."""
+    if band_sigma is None or band_sigma <= 0 or not math.isfinite(band_sigma):
+        return None, 0
+    return math.sqrt(2) * band_sigma, band_dof
+
+
+def decide(
+    diffs: Sequence[float],
+    band_sigma: float | None,
+    band_dof: int,
+    max_pairs: int,
+    alpha: float = 0.05,
+    *,
+    relevant: float = RELEVANT,
+) -> str:
+    """``continue``, ``help``, ``harm`` or ``within`` after ``len(diffs)`` pairs.
+
+    ``band_sigma``: the pooled band's SD of one grading's log runtime on this host (None: no
+    band); ``band_dof``: its degrees of freedom."""
+    if max_pairs < FIRST_LOOK:
+        raise ValueError(f"max_pairs must be at least {FIRST_LOOK} (got {max_pairs})")
+    k = min(len(diffs), max_pairs)
+    window = list(diffs[:k])
+    if k < FIRST_LOOK:
+        return "continue"
+    prior_sd, prior_dof = _prior(band_sigma, band_dof)
+    est = paired_test(window, prior_sd, prior_dof, alpha)
+    at_end = k >= max_pairs
+    if est.p is None or est.se is None or est.log_rho is None:
+        return "within" if at_end else "continue"
+    if est.p <= alpha * look_weight(k, max_pairs):
+        return "help" if est.log_rho > 0 else "harm"
+    if at_end:
+        return "within"
+    half = float(sps.t.ppf(1 - alpha, est.dof)) * est.se
+    margin = math.log1p(relevant)
+    if -margin < est.log_rho - half and est.log_rho + half < margin:
+        return "within"
+    return "continue"
+
+
+def sequential_p(
+    diffs: Sequence[float], band_sigma: float | None, band_dof: int, max_pairs: int
+) -> float | None:
+    """The sequence's p-value ``min_k p_k / w_k`` over looks 2 … len(diffs) (None: no look)."""
+    prior_sd, prior_dof = _prior(band_sigma, band_dof)
+    best: float | None = None
+    for k in range(FIRST_LOOK, min(len(diffs), max_pairs) + 1):
+        p = paired_test(list(diffs[:k]), prior_sd, prior_dof).p
+        weight = look_weight(k, max_pairs)
+        if p is None or weight <= 0:
+            continue
+        value = min(p / weight, 1.0)
+        best = value if best is None else min(best, value)
+    return best
