@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.analysis.noise import Series, check_time_source
-from engine.analysis.outcomes import ScoredAttempt
+from engine.analysis.scored import ScoredAttempt
 
 VERDICT_CHANGED = "final_repeats.verdict_changed"  # a repeat's verdict differs from the final's
 

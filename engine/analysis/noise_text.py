@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.analysis.text import share, text_table, title
+from engine.analysis.tables import share, text_table, title
 
 NO_BAND_HINT = (
     "  no A/A band yet: grade a file several times with `mkb noise PROBLEM --dsl D IMPL`, "

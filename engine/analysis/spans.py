@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.analysis.noise import Series
-from engine.analysis.outcomes import ScoredAttempt
+from engine.analysis.scored import ScoredAttempt
 
 SIDES = ("submission", "eager")
 LABELS = {
