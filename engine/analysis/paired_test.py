@@ -13,20 +13,30 @@ a t interval with ``ν₀ + k − 1`` degrees of freedom and a two-sided p-value
 :data:`PRIOR_DOF_CAP` so that a pair graded on a noisier day than the band's still moves its own
 σ. Without a band the pair's own s² with k − 1 degrees of freedom is used (no test below k = 2).
 
+Outliers: a difference farther than :data:`OUTLIER_Z` reference SDs from the differences' median
+is rejected before the test (the reference: the band's SD of a difference, else 1.4826 · MAD of
+the differences from 3 pairs on); the count is reported. Two pairs that disagree so (their
+median is their mean: which one is wrong cannot be told), or rejections of half the pairs or
+more, leave the comparison *outlier-dominated*: no test.
+
 Pure functions (numpy/scipy, no storage).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as sps
+from scipy import special
 
 PRIOR_DOF_CAP = 20  # the band's degrees of freedom count at most this much against the pair's
 MIN_VARIANCE = 1e-20  # below this (an SD of 1e-10 in log units) the differences are identical
 FDR = 0.05  # "beyond noise" = BH q ≤ FDR
+OUTLIER_Z = 5.0  # a difference this many reference SDs from the median is an outlier
+MAD_TO_SD = 1.4826
+PAIRED, CROSS_HOST, UNPAIRED = "paired", "cross_host", "unpaired"
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,8 @@ class PairedEstimate:
     high: float | None
     p: float | None  # two-sided p-value of log ρ = 0
     prior: bool  # whether a band entered the variance
+    rejected: int = 0  # differences rejected as outliers (not among the k pairs)
+    note: str = ""  # why there is no test, when there is none
 
     @property
     def rho(self) -> float | None:
@@ -63,6 +75,8 @@ class PairedEstimate:
             "rho_high": None if self.high is None else math.exp(self.high),
             "p": self.p,
             "prior": self.prior,
+            "rejected": self.rejected,
+            "note": self.note,
         }
 
 
@@ -108,22 +122,52 @@ def posterior_sd(
     return math.sqrt(var), nu0 + own_dof
 
 
+def outliers(diffs: Sequence[float], prior_sd: float | None) -> list[bool]:
+    """Which differences lie beyond ``OUTLIER_Z`` reference SDs of their median."""
+    if len(diffs) < 2:
+        return [False] * len(diffs)
+    middle = statistics.median(diffs)
+    ref = prior_sd
+    if ref is None and len(diffs) >= 3:
+        ref = MAD_TO_SD * statistics.median(abs(d - middle) for d in diffs)
+    if not ref or ref <= 0:
+        return [False] * len(diffs)
+    return [abs(d - middle) > OUTLIER_Z * ref for d in diffs]
+
+
 def paired_test(
     diffs: Sequence[float], prior_sd: float | None = None, prior_dof: int = 0, alpha: float = 0.05
 ) -> PairedEstimate:
     """The paired t test of ``log ρ = 0`` from the pair differences (see the module docstring)."""
-    k = len(diffs)
-    if k == 0:
-        return PairedEstimate(0, None, None, 0, None, None, None, False)
-    mean = sum(diffs) / k
-    sd, dof = posterior_sd(diffs, prior_sd, prior_dof)
     prior = prior_sd is not None and prior_dof > 0
+    flagged = outliers(diffs, prior_sd if prior else None)
+    rejected = sum(flagged)
+    kept = [d for d, bad in zip(diffs, flagged, strict=True) if not bad]
+    k = len(kept)
+    if rejected and 2 * rejected >= len(diffs):
+        mean = sum(diffs) / len(diffs)
+        return PairedEstimate(
+            len(diffs), mean, None, 0, None, None, None, prior, rejected, "outlier-dominated"
+        )
+    if k == 0:
+        return PairedEstimate(0, None, None, 0, None, None, None, prior, rejected, "no pairs")
+    mean = sum(kept) / k
+    sd, dof = posterior_sd(kept, prior_sd, prior_dof)
     if sd is None or dof == 0:
-        return PairedEstimate(k, mean, None, 0, None, None, None, prior)
+        note = "one pair, no band" if k < 2 else "no spread, no band"
+        return PairedEstimate(k, mean, None, 0, None, None, None, prior, rejected, note)
     se = sd / math.sqrt(k)
-    half = float(sps.t.ppf(1 - alpha / 2, dof)) * se
-    p = float(2 * sps.t.sf(abs(mean) / se, dof))
-    return PairedEstimate(k, mean, sd, dof, mean - half, mean + half, p, prior)
+    half = float(special.stdtrit(dof, 1 - alpha / 2)) * se
+    p = float(2 * special.stdtr(dof, -abs(mean) / se))
+    return PairedEstimate(k, mean, sd, dof, mean - half, mean + half, p, prior, rejected)
+
+
+def pairing_status(slots: Sequence[tuple[str, str]]) -> str:
+    """``paired`` when every pair's two gradings ran on one slot, ``cross_host`` when any pair
+    spans two, ``unpaired`` without pairs (``slots``: (baseline slot, treatment slot) per pair)."""
+    if not slots:
+        return UNPAIRED
+    return PAIRED if all(base == treat for base, treat in slots) else CROSS_HOST
 
 
 def bh_qvalues(pvalues: Sequence[float | None]) -> list[float | None]:

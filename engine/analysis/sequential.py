@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from scipy import stats as sps
+from scipy import special
 
 from engine.analysis.paired_test import paired_test
 
@@ -56,6 +57,46 @@ def _prior(band_sigma: float | None, band_dof: int) -> tuple[float | None, int]:
     return math.sqrt(2) * band_sigma, band_dof
 
 
+@dataclass(frozen=True)
+class Look:
+    """One look of the sequence: the decision and the look's p-value over its α share."""
+
+    decision: str  # one of DECISIONS
+    weighted_p: float | None  # p_k / w_k (None: no test at this look)
+
+
+def look(
+    diffs: Sequence[float],
+    band_sigma: float | None,
+    band_dof: int,
+    max_pairs: int,
+    alpha: float = 0.05,
+    *,
+    relevant: float = RELEVANT,
+) -> Look:
+    """The look after ``len(diffs)`` pairs (capped at ``max_pairs``); see :func:`decide`."""
+    if max_pairs < FIRST_LOOK:
+        raise ValueError(f"max_pairs must be at least {FIRST_LOOK} (got {max_pairs})")
+    k = min(len(diffs), max_pairs)
+    if k < FIRST_LOOK:
+        return Look("continue", None)
+    prior_sd, prior_dof = _prior(band_sigma, band_dof)
+    est = paired_test(list(diffs[:k]), prior_sd, prior_dof, alpha)
+    at_end = k >= max_pairs
+    if est.p is None or est.se is None or est.log_rho is None:
+        return Look("within" if at_end else "continue", None)
+    weighted = min(est.p / look_weight(k, max_pairs), 1.0)
+    if weighted <= alpha:
+        return Look("help" if est.log_rho > 0 else "harm", weighted)
+    if at_end:
+        return Look("within", weighted)
+    half = float(special.stdtrit(est.dof, 1 - alpha)) * est.se
+    margin = math.log1p(relevant)
+    if -margin < est.log_rho - half and est.log_rho + half < margin:
+        return Look("within", weighted)
+    return Look("continue", weighted)
+
+
 def decide(
     diffs: Sequence[float],
     band_sigma: float | None,
@@ -68,40 +109,18 @@ def decide(
     """``continue``, ``help``, ``harm`` or ``within`` after ``len(diffs)`` pairs.
 
     ``band_sigma``: the pooled band's SD of one grading's log runtime on this host (None: no
-    band); ``band_dof``: its degrees of freedom."""
-    if max_pairs < FIRST_LOOK:
-        raise ValueError(f"max_pairs must be at least {FIRST_LOOK} (got {max_pairs})")
-    k = min(len(diffs), max_pairs)
-    window = list(diffs[:k])
-    if k < FIRST_LOOK:
-        return "continue"
-    prior_sd, prior_dof = _prior(band_sigma, band_dof)
-    est = paired_test(window, prior_sd, prior_dof, alpha)
-    at_end = k >= max_pairs
-    if est.p is None or est.se is None or est.log_rho is None:
-        return "within" if at_end else "continue"
-    if est.p <= alpha * look_weight(k, max_pairs):
-        return "help" if est.log_rho > 0 else "harm"
-    if at_end:
-        return "within"
-    half = float(sps.t.ppf(1 - alpha, est.dof)) * est.se
-    margin = math.log1p(relevant)
-    if -margin < est.log_rho - half and est.log_rho + half < margin:
-        return "within"
-    return "continue"
+    band); ``band_dof``: its degrees of freedom. Outliers are rejected as in
+    :func:`engine.analysis.paired_test.paired_test`; an outlier-dominated look continues."""
+    return look(diffs, band_sigma, band_dof, max_pairs, alpha, relevant=relevant).decision
 
 
 def sequential_p(
     diffs: Sequence[float], band_sigma: float | None, band_dof: int, max_pairs: int
 ) -> float | None:
     """The sequence's p-value ``min_k p_k / w_k`` over looks 2 … len(diffs) (None: no look)."""
-    prior_sd, prior_dof = _prior(band_sigma, band_dof)
-    best: float | None = None
-    for k in range(FIRST_LOOK, min(len(diffs), max_pairs) + 1):
-        p = paired_test(list(diffs[:k]), prior_sd, prior_dof).p
-        weight = look_weight(k, max_pairs)
-        if p is None or weight <= 0:
-            continue
-        value = min(p / weight, 1.0)
-        best = value if best is None else min(best, value)
-    return best
+    found = [
+        look(diffs[:k], band_sigma, band_dof, max_pairs).weighted_p
+        for k in range(FIRST_LOOK, min(len(diffs), max_pairs) + 1)
+    ]
+    tested = [p for p in found if p is not None]
+    return min(tested) if tested else None

@@ -15,6 +15,7 @@ from engine.analysis.paired_test import (
     call_of,
     log_differences,
     paired_test,
+    pairing_status,
     prior_of,
 )
 
@@ -72,3 +73,23 @@ def test_call_by_q_and_sign() -> None:
     harm = paired_test([-0.26, -0.27, -0.25], 0.04, 20)
     assert call_of(help_, 0.01) == "help" and call_of(harm, 0.01) == "harm"
     assert call_of(help_, 0.06) == "within"
+
+
+def test_a_2x_outlier_is_rejected_and_counted_not_called() -> None:
+    clean = [0.01, -0.02, 0.015, 0.0]
+    spoiled = [*clean, math.log(2.0)]  # one grading slowed 2×
+    est = paired_test(spoiled, 0.04, 20)
+    assert est.rejected == 1 and est.k == 4
+    assert est.log_rho == pytest.approx(np.mean(clean))
+    assert est.p is not None and est.p > 0.05
+    # two pairs that disagree so: which is wrong cannot be told, no test
+    two = paired_test([0.0, math.log(2.0)], 0.04, 20)
+    assert two.p is None and two.note == "outlier-dominated" and call_of(two, None) == "untested"
+    # without a band the MAD of 3+ differences is the reference
+    assert paired_test([0.01, 0.02, 0.015, 0.012, 0.9]).rejected == 1
+
+
+def test_pairing_status() -> None:
+    assert pairing_status([]) == "unpaired"
+    assert pairing_status([("h:gpu0", "h:gpu0"), ("h:gpu1", "h:gpu1")]) == "paired"
+    assert pairing_status([("h:gpu0", "h:gpu0"), ("h:gpu0", "g:gpu0")]) == "cross_host"
