@@ -293,9 +293,9 @@ def test_an_attempt_graded_on_two_hosts_names_both_and_needs_both_bands(db_path:
     start = {"kind": "final", "problem_id": "p01", "dsl": "tirx", "source": "x"}
     for k, host in enumerate(["b", "a", "b"], 1):
         feedback = {"verdict": "pass", "impl_median_ms": 1.0 + k / 100}
-        series = repeats.final_series(aid, 1)
+        key = repeats.final_series(aid, 1)
         repeats.record_repeat(
-            db, series, k, feedback, **start, host=host, experiment_id="e", attempt_id=aid
+            db, key, k, feedback, **start, host=host, experiment_id="e", attempt_id=aid
         )
     (row,), series = attach_repeats(db, "e", [_row("p01", "tirx", "solo", 1, True, 1.0)], [aid])
     assert row.host == "a + b" and len(row.repeats_ms) == 3
