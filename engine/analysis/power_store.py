@@ -8,7 +8,7 @@ from typing import Any
 from engine.analysis import metrics
 from engine.analysis.noise_lift import bands_of
 from engine.analysis.outcomes import OutcomeError, from_store
-from engine.analysis.power import DEFAULT_LIFTS, plan, planned_cells
+from engine.analysis.power import DEFAULT_LIFTS, comparison_plan, plan, planned_cells
 
 MIN_PILOT = 2  # resolved comparisons a pilot needs
 
@@ -61,6 +61,7 @@ def plan_from_store(
         "power": power,
         "lifts": list(lifts),
         "cells": cells,
+        "per_comparison": comparison_plan(bands.values(), max(r, 2), alpha=alpha, power=power),
     }
 
 
