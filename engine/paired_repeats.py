@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.analysis.spans import span_of
-from engine.events import FinalRepeatGraded, Publisher
+from engine.events import PairedFinalGraded, Publisher
 from engine.final_repeats import GatedFinal, final_of, grading_host
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.gate import GradingGate
@@ -235,10 +235,13 @@ class PairedRepeats:
         data = feedback.to_dict()
         host = grading_host(getattr(self.backend, "name", ""), feedback.device, feedback.host)
         stored = await self.publisher.publish(
-            FinalRepeatGraded(
+            PairedFinalGraded(
                 self.experiment_id,
                 attempt_id,
-                repeat=position,
+                comparison_id=job.comparison_id,
+                arm=arm,
+                position=position,
+                slot=feedback.host,
                 verdict=feedback.verdict,
                 runtime_ms=feedback.impl_median_ms,
             ),
