@@ -40,7 +40,7 @@ def _figures(values: list[float]) -> dict[str, Any]:
     figures: dict[str, Any] = dict(spread(values))
     sigma = figures["sigma"]
     figures["aa_band"] = None if sigma is None else Z95 * math.sqrt(2) * sigma
-    band = pool([Series("-", "-", tuple(values))]).get(("-", "-")) if values else None
+    band = pool([Series("-", "-", tuple(values))]).get(("-", "", "-")) if values else None
     figures["limit_r1"] = band.limit(1, 1) if band is not None else None
     return figures
 
@@ -106,7 +106,7 @@ def summarize(
             Series(r["problem"], r["host"], tuple(r["values"]), r["key"], r["dsl"], r["preview"])
             for r in rows
         )
-        band = bands.get((request.problem_id, host))
+        band = bands.get((request.problem_id, request.dsl, host))
         stored = band.as_dict() if band is not None else None
     return {
         "problem_id": request.problem_id,

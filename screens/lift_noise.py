@@ -20,8 +20,8 @@ NOISE_HELP = (
     "95%/95% bound from repeated gradings of one file: [grading] final_repeats, mkb noise). "
     "~n is the share within noise, no band the pairs with no band to judge them, T~n / H~n "
     "the share of the strict T / H that is within noise. The bands table gives each "
-    "problem's SD of log runtime, its A/A band (95% of two gradings' ratio) and the limits "
-    "for arms of 1 and 3 repeats."
+    "problem's and DSL's SD of log runtime on a host, its A/A band (95% of two gradings' "
+    "ratio, or why there is none) and the limits for arms of 1 and 3 repeats."
 )
 
 NOISE_COLUMNS = (
@@ -41,6 +41,7 @@ NOISE_COLUMNS = (
 )
 BAND_COLUMNS = (
     Column("problem", "problem"),
+    Column("dsl", "DSL"),
     Column("host", "grading host", short="host", min_width=8),
     Column("series", "series", drop=2),
     Column("dof", "dof"),
@@ -92,11 +93,12 @@ def band_cells(row: dict[str, Any], compact: bool = False) -> list[Text]:
     sigma = row.get("sigma")
     return [
         Text(row["problem"]),
+        Text(str(row.get("dsl", ""))),
         Text(str(row["host"])),
         _right(str(row["series"])),
         _right(str(row["dof"])),
         _right("-" if sigma is None else f"{sigma:.4f}", dim),
-        _right(_pm(row.get("aa_band")), dim),
+        _right(str(row.get("reason") or "-") if sigma is None else _pm(row.get("aa_band")), dim),
         _right(_pm(row.get("limit_r1")), dim),
         _right(_pm(row.get("limit_r3")), dim),
         grading_cell(preview, compact),

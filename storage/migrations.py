@@ -326,7 +326,9 @@ def m008_add_repeat_pairing(db: Database) -> None:
     ``arm`` says which (``baseline`` or ``treatment``), ``repeat`` is the row's 1-based position
     in the job's order, so the i-th baseline and i-th treatment rows form pair i. Every row
     records the ``slot`` that graded it (``Feedback.host``, e.g. ``hostname:gpu0``; ``host``
-    stays machine · device) and the submission's GPU span per call (``span_ms``)."""
+    stays machine · device) and the submission's GPU span per call (``span_ms``, NULL when
+    absent). Unpaired rows keep NULL ``pair_key`` and ``arm``; existing rows get their slot
+    and span from their stored feedback."""
     db.executescript(
         """
         ALTER TABLE timing_repeats ADD COLUMN pair_key TEXT;

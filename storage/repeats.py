@@ -14,6 +14,7 @@ Plain functions over a connection, like ``storage.writes`` and ``storage.queries
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -206,9 +207,11 @@ def done_repeats(db: Database, series: str) -> set[int]:
 
 
 def experiment_finals(db: Database, experiment_id: str) -> dict[int, list[RepeatRow]]:
-    """Each attempt's repeated finals of its latest try with any (graded rows, by repeat)."""
+    """Each attempt's repeated finals of its latest try with any (graded rows, by repeat).
+    Only ``final:`` series: a comparison's paired gradings (``pair:``) are read by
+    :func:`paired_rows`."""
     by_series: dict[str, list[RepeatRow]] = defaultdict(list)
-    where = "experiment_id=? AND kind='final' AND state='done' AND pair_key IS NULL"
+    where = "experiment_id=? AND kind='final' AND state='done' AND series LIKE 'final:%'"
     for row in _rows(db, where, [experiment_id]):
         by_series[row.series].append(row)
     latest: dict[int, tuple[int, list[RepeatRow]]] = {}
@@ -220,10 +223,16 @@ def experiment_finals(db: Database, experiment_id: str) -> dict[int, list[Repeat
 
 
 def problem_series(
-    db: Database, problem_ids: Iterable[str] | None = None, field: str = "impl_median_ms"
+    db: Database,
+    problem_ids: Iterable[str] | None = None,
+    field: str = "impl_median_ms",
+    experiment_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Every stored series (any experiment, and ``mkb noise`` runs) of these problems: key,
-    problem, dsl, host, the passing gradings' ``field`` values, and whether any was a preview."""
+    """Every stored series of these problems, one per (series, grading host): key, problem,
+    dsl, host, the passing gradings' ``field`` values (finite and positive), and whether any
+    was a preview. A series graded on several hosts is split by host, never filed under one.
+    With ``experiment_id``: that experiment's series and every ``mkb noise`` run only (another
+    experiment's finals were graded under other loads and days)."""
     if field not in ("impl_median_ms", "eager_median_ms"):
         raise ValueError(f"not a runtime column: {field!r}")
     ids = sorted(set(problem_ids)) if problem_ids is not None else None
@@ -233,15 +242,18 @@ def problem_series(
         if not ids:
             return []
         where += f" AND problem_id IN ({', '.join('?' for _ in ids)})"
-        params = ids
-    out: dict[str, dict[str, Any]] = {}
+        params = list(ids)
+    if experiment_id is not None:
+        where += " AND (kind='noise' OR experiment_id=?)"
+        params.append(experiment_id)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     sql = (
         f"SELECT series, problem_id, dsl, host, verdict, {field} FROM timing_repeats "
         f"WHERE {where} ORDER BY series, repeat"
     )
     for series, problem, dsl, host, verdict, value in db.execute(sql, params).fetchall():
         entry = out.setdefault(
-            series,
+            (series, host),
             {
                 "key": series,
                 "problem": problem,
@@ -251,10 +263,14 @@ def problem_series(
                 "preview": False,
             },
         )
-        if verdict in PASSING and value is not None and value > 0:
+        if verdict in PASSING and _positive(value):
             entry["values"].append(float(value))
             entry["preview"] = entry["preview"] or verdict == "preview"
     return list(out.values())
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 def attempts_missing(db: Database, experiment_id: str, repeats: int) -> list[int]:

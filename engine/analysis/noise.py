@@ -131,7 +131,8 @@ def tolerance_factor(dof: int) -> float:
 
 @dataclass(frozen=True)
 class Series:
-    """Gradings of one unchanged file on one host: their passing runtimes (ms)."""
+    """Gradings of one unchanged file on one host: their passing runtimes (ms). A file graded
+    on several hosts is one series per host (``storage.repeats.problem_series``)."""
 
     problem: str
     host: str
@@ -141,21 +142,34 @@ class Series:
     preview: bool = False
 
 
+BandKey = tuple[str, str, str]  # (problem, DSL, grading host)
+HOST_SEP = " + "  # an attempt whose repeats ran on several hosts: its hosts, sorted
+OUTLIER_Z = 5.0  # a grading this many robust SDs from its series' median is rejected
+MAX_REJECTED = 0.25  # more rejected gradings than this share: outlier-dominated, no band
+
+
 @dataclass(frozen=True)
 class Band:
-    """The noise of one problem on one grading host, pooled over its series."""
+    """The noise of one problem and DSL on one grading host, pooled over its series."""
 
     problem: str
     host: str
     series: int  # series with at least two passing gradings
-    gradings: int  # passing gradings in those series
+    gradings: int  # passing gradings in those series (rejected ones not counted)
     dof: int
-    sigma: float | None  # pooled SD of log runtime; None below MIN_DOF
+    sigma: float | None  # pooled SD of log runtime; None: no band (``reason`` says why)
     preview: bool = False
+    dsl: str = ""
+    rejected: int = 0  # gradings rejected as outliers (robust rule, OUTLIER_Z)
+    reason: str = ""  # why there is no band
 
     @property
     def known(self) -> bool:
         return self.sigma is not None
+
+    @property
+    def key(self) -> BandKey:
+        return (self.problem, self.dsl, self.host)
 
     @property
     def aa_band(self) -> float | None:
@@ -176,11 +190,14 @@ class Band:
     def as_dict(self) -> dict[str, object]:
         return {
             "problem": self.problem,
+            "dsl": self.dsl,
             "host": self.host,
             "series": self.series,
             "gradings": self.gradings,
+            "rejected": self.rejected,
             "dof": self.dof,
             "sigma": self.sigma,
+            "reason": self.reason,
             "aa_band": self.aa_band,
             "aa_band_pct": None if self.aa_band is None else 100 * math.expm1(self.aa_band),
             "limit_r1": self.limit(1, 1),
@@ -189,27 +206,70 @@ class Band:
         }
 
 
-def pool(series: Iterable[Series]) -> dict[tuple[str, str], Band]:
-    """One :class:`Band` per (problem, host) from the series' within-series log variance."""
-    groups: dict[tuple[str, str], list[Series]] = defaultdict(list)
+def _logs(values: Iterable[float]) -> list[float]:
+    return [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+
+
+def robust_sigma(groups: Sequence[Sequence[float]]) -> float | None:
+    """σ from the median absolute difference of two gradings of one series (each such
+    difference is N(0, 2σ²): median |d| = 0.6745 · √2 · σ), robust to a few outliers."""
+    gaps = sorted(abs(a - b) for g in groups for a, b in itertools.combinations(g, 2))
+    if not gaps:
+        return None
+    return statistics.median(gaps) / (0.6745 * math.sqrt(2))
+
+
+def _rejected(logs: Sequence[float], scale: float | None) -> list[bool]:
+    if scale is None or scale <= 0 or len(logs) < 2:
+        return [False] * len(logs)
+    middle = statistics.median(logs)
+    return [abs(x - middle) > OUTLIER_Z * scale for x in logs]
+
+
+def _band(problem: str, dsl: str, host: str, items: Sequence[Series]) -> Band:
+    """One (problem, DSL, host) band: outliers rejected, then the pooled within-series SD."""
+    groups = [logs for s in items if len(logs := _logs(s.values_ms)) >= 2]
+    scale = robust_sigma(groups)
+    ss, dof, used, gradings, rejected = 0.0, 0, 0, 0, 0
+    for logs in groups:
+        flags = _rejected(logs, scale)
+        rejected += sum(flags)
+        kept = [x for x, bad in zip(logs, flags, strict=True) if not bad]
+        if len(kept) < 2:
+            continue
+        mean = sum(kept) / len(kept)
+        ss += sum((x - mean) ** 2 for x in kept)
+        dof += len(kept) - 1
+        used += 1
+        gradings += len(kept)
+    total = sum(len(g) for g in groups)
+    reason = ""
+    if total and rejected > MAX_REJECTED * total:
+        reason = f"outlier-dominated ({rejected} of {total} gradings rejected)"
+    elif dof < MIN_DOF:
+        reason = f"{dof} dof < {MIN_DOF}"
+    elif ss <= 0:
+        reason = "zero spread (identical gradings)"
+    sigma = None if reason else math.sqrt(ss / dof)
+    preview = any(s.preview for s in items)
+    return Band(problem, host, used, gradings, dof, sigma, preview, dsl, rejected, reason)
+
+
+def pool(series: Iterable[Series]) -> dict[BandKey, Band]:
+    """One :class:`Band` per (problem, DSL, host) from the series' within-series log variance.
+
+    Outliers (a grading more than :data:`OUTLIER_Z` robust SDs from its series' median) are
+    rejected and counted; σ̂ = 0, fewer than :data:`MIN_DOF` degrees of freedom or more than
+    :data:`MAX_REJECTED` of the gradings rejected give no band, with the reason."""
+    groups: dict[BandKey, list[Series]] = defaultdict(list)
     for s in series:
-        groups[(s.problem, s.host)].append(s)
-    bands: dict[tuple[str, str], Band] = {}
-    for (problem, host), items in sorted(groups.items()):
-        ss, dof, used, gradings = 0.0, 0, 0, 0
-        for s in items:
-            logs = [math.log(v) for v in s.values_ms if v > 0 and math.isfinite(v)]
-            if len(logs) < 2:
-                continue
-            mean = sum(logs) / len(logs)
-            ss += sum((x - mean) ** 2 for x in logs)
-            dof += len(logs) - 1
-            used += 1
-            gradings += len(logs)
-        sigma = math.sqrt(ss / dof) if dof >= MIN_DOF else None
-        preview = any(s.preview for s in items)
-        bands[(problem, host)] = Band(problem, host, used, gradings, dof, sigma, preview)
-    return bands
+        groups[(s.problem, s.dsl, s.host)].append(s)
+    return {key: _band(*key, items) for key, items in sorted(groups.items())}
+
+
+def hosts_of(host: str) -> list[str]:
+    """The hosts an attempt's runtime came from (``HOST_SEP``-joined when several)."""
+    return host.split(HOST_SEP) if host else [host]
 
 
 def spread(values_ms: Sequence[float]) -> dict[str, float | int | None]:

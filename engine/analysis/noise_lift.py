@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.analysis import metrics
-from engine.analysis.noise import Band, Series, pool
+from engine.analysis.noise import Band, BandKey, Series, hosts_of, pool
 from engine.analysis.outcomes import OutcomeSet, ScoredAttempt
 
 CLASSES = ("help", "harm", "within", "neutral", "unknown")
@@ -38,17 +38,21 @@ def repeats_of(attempt: ScoredAttempt) -> int:
     return max(1, len(attempt.repeats_ms))
 
 
-def band_for(c: metrics.Comparison, bands: Mapping[tuple[str, str], Band]) -> Band | None:
-    """The band of the comparison's problem on its arms' hosts (the wider when they differ)."""
+def band_for(c: metrics.Comparison, bands: Mapping[BandKey, Band]) -> Band | None:
+    """The widest band of the comparison's problem over its arms' DSLs and hosts (an arm
+    graded on several hosts counts each); None unless every one of them has a band."""
     assert c.treatment is not None
-    found = [bands.get((c.problem, a.host)) for a in (c.baseline, c.treatment)]
+    keys = {
+        (c.problem, a.dsl, host) for a in (c.baseline, c.treatment) for host in hosts_of(a.host)
+    }
+    found = [bands.get(key) for key in keys]
     known = [b for b in found if b is not None and b.known]
-    if len(known) < len({c.baseline.host, c.treatment.host}):
+    if len(known) < len(keys):
         return None
     return max(known, key=lambda b: b.sigma or 0.0) if known else None
 
 
-def classify(c: metrics.Comparison, bands: Mapping[tuple[str, str], Band]) -> NoiseCall:
+def classify(c: metrics.Comparison, bands: Mapping[BandKey, Band]) -> NoiseCall:
     """The comparison's noise-aware class (see the module docstring)."""
     treat = c.treatment
     if treat is None:
@@ -77,7 +81,7 @@ def series_from_attempts(rows: Iterable[ScoredAttempt]) -> list[Series]:
     ]
 
 
-def bands_of(outcomes: OutcomeSet) -> dict[tuple[str, str], Band]:
+def bands_of(outcomes: OutcomeSet) -> dict[BandKey, Band]:
     """The A/A bands an outcome set is judged by: its stored series, else its rows' repeats."""
     stored = outcomes.series
     return pool(stored if stored is not None else series_from_attempts(outcomes.rows))
@@ -115,7 +119,7 @@ def noise_cell(
 
 
 def noise_lift_table(
-    comps: Sequence[metrics.Comparison], bands: Mapping[tuple[str, str], Band]
+    comps: Sequence[metrics.Comparison], bands: Mapping[BandKey, Band]
 ) -> tuple[list[dict[str, object]], dict[int, NoiseCall]]:
     """The lift table's cells (model × direction, all and per family) with strict T/H and the
     noise-aware columns; and each comparison's call (by ``id``)."""

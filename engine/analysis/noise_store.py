@@ -5,13 +5,18 @@ repeated finals (runtimes, grading host, verdicts) and every stored A/A series o
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from engine.analysis.noise import Series, check_time_source
-from engine.analysis.outcomes import ScoredAttempt
+from engine.analysis.noise import HOST_SEP, Series, check_time_source
+from engine.analysis.scored import ScoredAttempt
 
 VERDICT_CHANGED = "final_repeats.verdict_changed"  # a repeat's verdict differs from the final's
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 def attach_repeats(
@@ -34,12 +39,15 @@ def attach_repeats(
         if not graded:
             out.append(row)
             continue
-        values = tuple(float(getattr(r, field)) for r in graded if r.passed and getattr(r, field))
+        values = tuple(
+            float(v) for r in graded if r.passed and _positive(v := getattr(r, field))
+        )
         flags = row.flags
         if any(r.passed != row.passed for r in graded) and VERDICT_CHANGED not in flags:
             flags = (*flags, VERDICT_CHANGED)
-        out.append(dataclasses.replace(row, repeats_ms=values, host=graded[0].host, flags=flags))
-    stored = repeats.problem_series(db, {r.problem for r in rows}, field)
+        host = HOST_SEP.join(sorted({r.host for r in graded}))  # every host, not the first's
+        out.append(dataclasses.replace(row, repeats_ms=values, host=host, flags=flags))
+    stored = repeats.problem_series(db, {r.problem for r in rows}, field, experiment_id)
     series = [
         Series(s["problem"], s["host"], tuple(s["values"]), s["key"], s["dsl"], s["preview"])
         for s in stored

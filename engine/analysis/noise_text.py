@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.analysis.text import share, text_table, title
+from engine.analysis.tables import share, text_table, title
 
 NO_BAND_HINT = (
     "  no A/A band yet: grade a file several times with `mkb noise PROBLEM --dsl D IMPL`, "
@@ -68,39 +68,46 @@ def band_lines(report: dict[str, Any]) -> list[str]:
     rows = [
         (
             b["problem"],
+            b.get("dsl", ""),
             b["host"],
             b["series"],
             b["gradings"],
+            b.get("rejected", 0),
             b["dof"],
             "-" if b["sigma"] is None else f"{b['sigma']:.4f}",
             _pct(b["aa_band"]),
             _pct(b["limit_r1"]),
             _pct(b["limit_r3"]),
             "PREVIEW" if b["preview"] else "",
+            b.get("reason") or "",
         )
         for b in bands
     ]
     heading = (
-        "A/A bands per problem and grading host (sigma: SD of log runtime within a file's "
-        "gradings; band: 95% of two gradings' ratio; limit: what |log rho| must exceed, "
-        "arms of 1 and of 3 repeats; none below 4 dof)"
+        "A/A bands per problem, DSL and grading host (sigma: SD of log runtime within a file's "
+        "gradings, outliers beyond 5 robust SDs rejected and counted; band: 95% of two "
+        "gradings' ratio; limit: what |log rho| must exceed, arms of 1 and of 3 repeats; no band "
+        "below 4 dof, at zero spread or when outliers dominate: the reason says which)"
     )
     lines = text_table(
         title(heading, report["preview"]),
         (
             "problem",
+            "dsl",
             "host",
             "series",
             "gradings",
+            "rejected",
             "dof",
             "sigma",
             "A/A band",
             "limit R=1",
             "limit R=3",
             "",
+            "no band because",
         ),
         rows,
-        left=2,
+        left=3,
     )
     if not any(b["sigma"] is not None for b in bands):
         lines.append(NO_BAND_HINT)

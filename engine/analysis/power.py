@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.analysis import metrics
-from engine.analysis.noise import Band, median_variance
+from engine.analysis.noise import Band, BandKey, median_variance
 from engine.analysis.noise_lift import band_for, repeats_of
 
 NORMAL = statistics.NormalDist()
@@ -57,7 +57,7 @@ def power_of(n: int, delta: float, sd: float, alpha: float = 0.05) -> float:
     return NORMAL.cdf(shift - z) + NORMAL.cdf(-shift - z)
 
 
-def _noise_variance(c: metrics.Comparison, bands: Mapping[tuple[str, str], Band]) -> float:
+def _noise_variance(c: metrics.Comparison, bands: Mapping[BandKey, Band]) -> float:
     """The measurement part of a pilot comparison's log ρ variance (0 unless both pass)."""
     if c.treatment is None or not (c.baseline.passed and c.treatment.passed):
         return 0.0
@@ -69,7 +69,7 @@ def _noise_variance(c: metrics.Comparison, bands: Mapping[tuple[str, str], Band]
 
 
 def between_sd(
-    comps: Sequence[metrics.Comparison], bands: Mapping[tuple[str, str], Band]
+    comps: Sequence[metrics.Comparison], bands: Mapping[BandKey, Band]
 ) -> float | None:
     """σ̂_b: the SD of log ρ across comparisons less its measurement noise (None below 2)."""
     if len(comps) < 2:
@@ -79,7 +79,7 @@ def between_sd(
     return math.sqrt(max(observed - noise, 0.0))
 
 
-def sigma_m(problems: Iterable[str], bands: Mapping[tuple[str, str], Band]) -> float | None:
+def sigma_m(problems: Iterable[str], bands: Mapping[BandKey, Band]) -> float | None:
     """RMS of the known bands' σ over these problems (any host), else of every band."""
     known = [b.sigma for b in bands.values() if b.sigma is not None]
     chosen = [b.sigma for b in bands.values() if b.sigma is not None and b.problem in problems]
@@ -90,7 +90,7 @@ def sigma_m(problems: Iterable[str], bands: Mapping[tuple[str, str], Band]) -> f
 def plan(
     cells: Sequence[PlannedCell],
     pilot: Sequence[metrics.Comparison],
-    bands: Mapping[tuple[str, str], Band],
+    bands: Mapping[BandKey, Band],
     *,
     repeats: int = 1,
     lifts: Sequence[float] = DEFAULT_LIFTS,

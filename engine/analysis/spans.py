@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.analysis.noise import Series
-from engine.analysis.outcomes import ScoredAttempt
+from engine.analysis.scored import ScoredAttempt
 
 SIDES = ("submission", "eager")
 LABELS = {
@@ -66,23 +66,28 @@ def repeat_spans(db: Any, experiment_id: str) -> dict[int, tuple[float | None, f
     return {int(i): (_positive(impl), _positive(eager)) for i, impl, eager in rows}
 
 
-def span_series(db: Any, problem_ids: Iterable[str]) -> list[Series]:
-    """Every stored series of these problems (repeated finals of any experiment, ``mkb noise``
-    runs) on spans: the passing gradings' implementation spans."""
+def span_series(
+    db: Any, problem_ids: Iterable[str], experiment_id: str | None = None
+) -> list[Series]:
+    """Every stored series of these problems on spans (the passing gradings' implementation
+    spans), one per (series, host) as ``storage.repeats.problem_series`` reads them; with
+    ``experiment_id``, that experiment's series and the ``mkb noise`` runs only."""
     ids = sorted(set(problem_ids))
     if not ids:
         return []
     marks = ", ".join("?" for _ in ids)
+    scope = " AND (kind = 'noise' OR experiment_id = ?)" if experiment_id is not None else ""
     cursor = db.execute(
         f"SELECT series, problem_id, dsl, host, verdict, {_span_sql('submission')} "
-        f"FROM timing_repeats WHERE state = 'done' AND problem_id IN ({marks}) "
+        f"FROM timing_repeats WHERE state = 'done' AND problem_id IN ({marks}){scope} "
         "ORDER BY series, repeat",
-        ids,
+        [*ids, experiment_id] if scope else ids,
     )
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for key, problem, dsl, host, verdict, span in cursor.fetchall():
         entry = found.setdefault(
-            key, {"problem": problem, "dsl": dsl, "host": host, "values": [], "preview": False}
+            (key, host),
+            {"problem": problem, "dsl": dsl, "host": host, "values": [], "preview": False},
         )
         value = _positive(span)
         if verdict in PASSING and value is not None:
@@ -90,7 +95,7 @@ def span_series(db: Any, problem_ids: Iterable[str]) -> list[Series]:
             entry["preview"] = entry["preview"] or verdict == "preview"
     return [
         Series(e["problem"], e["host"], tuple(e["values"]), key, e["dsl"], e["preview"])
-        for key, e in found.items()
+        for (key, _), e in found.items()
     ]
 
 
@@ -126,7 +131,7 @@ def attach_spans(
                 row, span_ms=found[0], ref_span_ms=found[1], span_repeats_ms=found[2]
             )
         )
-    return out, span_series(db, {r.problem for r in rows})
+    return out, span_series(db, {r.problem for r in rows}, experiment_id)
 
 
 def on_time(rows: Iterable[ScoredAttempt], time: str) -> tuple[list[ScoredAttempt], int]:

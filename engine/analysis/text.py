@@ -6,54 +6,16 @@ carries :data:`PREVIEW_TAG`, so no figure is read as a scored (comparable) resul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-PREVIEW_TAG = "[PREVIEW: CPU-graded, not comparable]"
-
-
-def share(value: float | None) -> str:
-    """A share in percent, ``-`` when undefined."""
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
-def signed(value: float | None) -> str:
-    """A relative change in signed percent, ``-`` when undefined."""
-    return "-" if value is None else f"{value * 100:+.1f}%"
-
-
-def speed(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def fixed(value: float | None, fmt: str = "+.3f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def title(text: str, preview: bool) -> str:
-    """A section title, tagged PREVIEW when computed from CPU preview verdicts."""
-    return f"{text}  {PREVIEW_TAG}" if preview else text
-
-
-def text_table(
-    heading: str, header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1
-) -> list[str]:
-    """A titled table; the first ``left`` columns are left-aligned, the rest right-aligned."""
-    if not rows:
-        return ["", heading, "  (none)"]
-    cells = [[str(c) for c in r] for r in (header, *rows)]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-
-    def line(r: list[str]) -> str:
-        return (
-            "  "
-            + "  ".join(
-                c.ljust(w) if i < left else c.rjust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            ).rstrip()
-        )
-
-    return ["", heading, *(line(r) for r in cells)]
+from engine.analysis.noise_text import noise_lines
+from engine.analysis.tables import PREVIEW_TAG as PREVIEW_TAG
+from engine.analysis.tables import fixed as fixed
+from engine.analysis.tables import share as share
+from engine.analysis.tables import signed as signed
+from engine.analysis.tables import speed as speed
+from engine.analysis.tables import text_table as text_table
+from engine.analysis.tables import title as title
 
 
 def header_lines(report: dict[str, Any]) -> list[str]:
@@ -294,8 +256,6 @@ def usage_lines(report: dict[str, Any]) -> list[str]:
 
 def render_text(report: dict[str, Any]) -> str:
     """Every table of the report as plain text, the experiment named at the top."""
-    from engine.analysis.noise_text import noise_lines
-
     lines = header_lines(report)
     for section in (
         arm_lines,

@@ -64,13 +64,13 @@ def test_pool_recovers_sigma_and_needs_four_dof() -> None:
     series.append(Series("p36", "h", (1.0, 1.1, 1.2)))  # 2 dof: no band
     series.append(Series("p36", "h", (2.0,)))  # one grading: no dof at all
     bands = pool(series)
-    band = bands[("p28", "h")]
+    band = bands[("p28", "", "h")]
     assert band.dof == 400 and band.series == 200 and band.gradings == 600
     assert band.sigma == pytest.approx(sigma, rel=0.1)
     assert band.aa_band == pytest.approx(Z95 * math.sqrt(2) * band.sigma)
     assert band.limit(3, 3) < band.limit(1, 1)
     assert band.limit(1, 1) == pytest.approx(tolerance_factor(400) * band.sigma * math.sqrt(2))
-    p36 = bands[("p36", "h")]
+    p36 = bands[("p36", "", "h")]
     assert p36.dof == 2 < MIN_DOF and p36.sigma is None and p36.limit(1, 1) is None
 
 
@@ -120,8 +120,8 @@ def _comparison(base: ScoredAttempt, treat: ScoredAttempt | None) -> metrics.Com
 
 
 def test_classification_rules() -> None:
-    band = Band("p01", "h", series=10, gradings=30, dof=20, sigma=0.02)
-    bands = {("p01", "h"): band}
+    band = Band("p01", "h", series=10, gradings=30, dof=20, sigma=0.02, dsl="tirx")
+    bands = {band.key: band}
     limit = band.limit(3, 3)
     assert limit is not None
     reps = (1.0, 1.0, 1.0)
@@ -160,7 +160,7 @@ def test_noise_table_keeps_the_strict_rates_and_counts_within_noise() -> None:
     rows += [_row("p01", "tirx", "solo", r, True, 1.0) for r in (1, 2, 3, 4)]
     rows += [_row("p01", "tirx", "skill", r, True, t) for r, t in zip((1, 2, 3, 4), treatments)]
     comps = [c for c in metrics.comparisons(rows) if c.direction == "cute->tirx"]
-    table, calls = noise_lift_table(comps, {("p01", "h"): band})
+    table, calls = noise_lift_table(comps, {("p01", "tirx", "h"): band})
     all_row = next(r for r in table if r["family"] == "all")
     strict = metrics.lift(comps)
     assert (all_row["help_rate"], all_row["harm_rate"]) == (strict.help_rate, strict.harm_rate)
@@ -187,8 +187,10 @@ def test_report_from_a_file_with_repeats(tmp_path: Path) -> None:
     report = analyze(
         loaded, AnalysisOptions(permutation_draws=50, swap_draws=20, bootstrap_draws=20)
     )
-    (band,) = report["noise"]["bands"]
-    assert band["dof"] == 64 and band["sigma"] == pytest.approx(0.03, rel=0.3)
+    cute, tirx = report["noise"]["bands"]  # one band per DSL
+    assert (cute["dsl"], tirx["dsl"]) == ("cute", "tirx")
+    for band in (cute, tirx):
+        assert band["dof"] == 32 and band["sigma"] == pytest.approx(0.03, rel=0.35)
     assert {c["noise"] for c in report["comparisons"]} <= {"help", "harm", "within"}
     assert sum(c["noise"] == "within" for c in report["comparisons"]) >= 14  # of 16 A/A
     text = render_text(report)
@@ -237,3 +239,71 @@ def test_the_limit_keeps_aa_within_noise_and_finds_ten_percent(dof: int) -> None
     helped = log_medians(0.0) - log_medians(math.log(0.9))
     if dof >= 48:
         assert (helped > limit).mean() >= 0.80
+
+
+def _gradings(rng: random.Random, sigma: float, n: int) -> tuple[float, ...]:
+    return tuple(math.exp(rng.gauss(0, sigma)) for _ in range(n))
+
+
+def test_bands_are_kept_apart_by_dsl() -> None:
+    """CuTe at CV 3 % and TIRx at 25 % on one problem and host: two bands, each its own σ."""
+    rng = random.Random(11)
+    series = [Series("p28", "h", _gradings(rng, 0.03, 4), dsl="cute") for _ in range(20)]
+    series += [Series("p28", "h", _gradings(rng, 0.25, 4), dsl="tirx") for _ in range(20)]
+    bands = pool(series)
+    assert set(bands) == {("p28", "cute", "h"), ("p28", "tirx", "h")}
+    assert bands[("p28", "cute", "h")].sigma == pytest.approx(0.03, rel=0.25)
+    assert bands[("p28", "tirx", "h")].sigma == pytest.approx(0.25, rel=0.25)
+
+
+def test_degenerate_bands_have_none_and_say_why() -> None:
+    same = pool([Series("p01", "h", (2.0, 2.0, 2.0)), Series("p01", "h", (3.0, 3.0, 3.0))])
+    band = same[("p01", "", "h")]
+    assert band.sigma is None and band.dof == 4 and "zero spread" in band.reason
+    few = pool([Series("p01", "h", (1.0, 1.1, 1.2))])[("p01", "", "h")]
+    assert few.sigma is None and few.reason == "2 dof < 4"
+    assert few.as_dict()["reason"] == "2 dof < 4"
+
+
+def test_one_2x_outlier_among_twelve_gradings_is_rejected_and_counted() -> None:
+    rng = random.Random(4)
+    values = list(_gradings(rng, 0.03, 12))
+    values[5] *= 2.0
+    band = pool([Series("p01", "h", tuple(values))])[("p01", "", "h")]
+    assert band.rejected == 1 and band.gradings == 11 and band.dof == 10
+    assert band.sigma == pytest.approx(0.03, rel=0.5)  # not tenfold
+    # a third of the gradings wild (one file scattered 32×): outlier-dominated, no band
+    flat = [Series("p01", "h", _gradings(rng, 0.01, 6)) for _ in range(2)]
+    wild = Series("p01", "h", (1.0, 2.0, 4.0, 8.0, 0.5, 0.25))
+    dominated = pool([wild, *flat])[("p01", "", "h")]
+    assert dominated.sigma is None and dominated.rejected >= 6
+    assert dominated.reason.startswith("outlier-dominated")
+
+
+def test_an_attempt_graded_on_two_hosts_names_both_and_needs_both_bands(db_path: Path) -> None:
+    from engine.analysis.noise_store import attach_repeats
+    from storage import repeats, writes
+    from storage.db import open_db
+
+    db = open_db(db_path)
+    writes.create_experiment(db, "e", "e")
+    aid = writes.ensure_attempt(
+        db, "e", "k", model="m", problem_id="p01", dsl="tirx", arm="solo_tirx"
+    )
+    start = {"kind": "final", "problem_id": "p01", "dsl": "tirx", "source": "x"}
+    for k, host in enumerate(["b", "a", "b"], 1):
+        feedback = {"verdict": "pass", "impl_median_ms": 1.0 + k / 100}
+        key = repeats.final_series(aid, 1)
+        repeats.record_repeat(
+            db, key, k, feedback, **start, host=host, experiment_id="e", attempt_id=aid
+        )
+    (row,), series = attach_repeats(db, "e", [_row("p01", "tirx", "solo", 1, True, 1.0)], [aid])
+    assert row.host == "a + b" and len(row.repeats_ms) == 3
+    assert sorted(s.host for s in series) == ["a", "b"]
+    treat = _row("p01", "tirx", "skill", 1, True, 1.0, host="a")
+    comp = _comparison(row, treat)
+    only_a = {("p01", "tirx", "a"): Band("p01", "a", 5, 15, 10, 0.02, dsl="tirx")}
+    assert classify(comp, only_a).noise == "unknown"  # host b has no band
+    both = {**only_a, ("p01", "tirx", "b"): Band("p01", "b", 5, 15, 10, 0.05, dsl="tirx")}
+    assert classify(comp, both).limit == both[("p01", "tirx", "b")].limit(3, 1)  # the wider
+    db.conn.close()

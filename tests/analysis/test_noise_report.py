@@ -80,8 +80,10 @@ def test_analyze_prints_the_noise_aware_table_labelled_preview(
     assert "p28" in bands and "simulated (preview)" in bands and "PREVIEW" in bands
     assert main(["analyze", "--db", str(pilot_db), "--json", "--draws", "50"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["noise"]["time"] == "e2e" and len(report["noise"]["bands"]) == 2
-    assert all(b["dof"] == 3 * 4 * 2 for b in report["noise"]["bands"])
+    bands_json = report["noise"]["bands"]  # one per problem and DSL on the one host
+    assert report["noise"]["time"] == "e2e" and len(bands_json) == 4
+    assert {b["dsl"] for b in bands_json} == {"cute", "tirx"}
+    assert all(b["dof"] == 3 * 2 * 2 for b in bands_json)
     assert {c["noise"] for c in report["comparisons"]} <= {"help", "harm", "within"}
     assert main(["analyze", "--db", str(pilot_db), "--csv", str(tmp_path), "--draws", "50"]) == 0
     with (tmp_path / "noise_lift.csv").open() as fh:

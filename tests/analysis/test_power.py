@@ -80,11 +80,13 @@ def test_between_sd_removes_the_measurement_part() -> None:
     assert between_sd(comps, {}) == pytest.approx(math.sqrt(observed))
     band = Band("p01", "h", 50, 150, 100, sigma=0.1)
     noise = 0.1**2 * 2 * median_variance(3)
-    assert between_sd(comps, {("p01", "h"): band}) == pytest.approx(math.sqrt(observed - noise))
+    assert between_sd(comps, {("p01", "tirx", "h"): band}) == pytest.approx(
+        math.sqrt(observed - noise)
+    )
     cells = plan(
         [PlannedCell("m", "cute->tirx", "all", ("p01", "p02"), 5)],
         comps,
-        {("p01", "h"): band},
+        {("p01", "tirx", "h"): band},
         repeats=3,
         lifts=(0.1,),
     )

@@ -75,3 +75,31 @@ def test_attempts_missing_repeats_and_the_latest_try(db) -> None:  # noqa: ANN00
     finals = repeats.experiment_finals(db, "e")
     assert [r.repeat for r in finals[ids[0]]] == [1, 2, 3]
     assert finals[ids[1]][0].impl_median_ms == 5.0  # its latest try with any repeats
+
+
+def test_a_series_graded_on_two_hosts_is_split_by_host(db) -> None:  # noqa: ANN001
+    """Repeats round-robined over graders: each host's gradings form their own series."""
+    for k, host in enumerate(["quiet", "busy", "quiet", "busy"], 1):
+        repeats.record_repeat(db, "noise:rr", k, fb("pass", float(k)), **{**START, "host": host})
+    found = {s["host"]: s["values"] for s in repeats.problem_series(db, ["p28"])}
+    assert found == {"quiet": [1.0, 3.0], "busy": [2.0, 4.0]}
+
+
+def test_bands_of_an_experiment_read_its_series_and_noise_runs_only(db) -> None:  # noqa: ANN001
+    writes.create_experiment(db, "other", "other")
+    final = {**START, "kind": "final"}
+    repeats.record_repeat(db, "final:1:1", 1, fb("pass", 1.0), **final, experiment_id="e")
+    repeats.record_repeat(db, "final:2:1", 1, fb("pass", 2.0), **final, experiment_id="other")
+    repeats.record_repeat(db, "noise:n", 1, fb("pass", 3.0), **START)
+    repeats.record_repeat(db, "noise:n", 2, fb("pass", float("inf")), **START)
+    keys = {s["key"] for s in repeats.problem_series(db, ["p28"], experiment_id="e")}
+    assert keys == {"final:1:1", "noise:n"}
+    (noise,) = [s for s in repeats.problem_series(db, ["p28"]) if s["key"] == "noise:n"]
+    assert noise["values"] == [3.0]  # an infinite runtime is no runtime
+
+
+def test_paired_rows_are_not_an_attempts_finals(db) -> None:  # noqa: ANN001
+    start = {**START, "kind": "final", "experiment_id": "e"}
+    repeats.record_repeat(db, "final:7:1", 1, fb("pass", 1.0), **start, attempt_id=None)
+    repeats.record_repeat(db, "pair:e:3:baseline", 1, fb("pass", 1.0), **start)
+    assert set(repeats.experiment_finals(db, "e")) == {7}  # no crash on the pair: series

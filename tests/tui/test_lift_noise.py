@@ -78,10 +78,10 @@ async def test_noise_tab_shows_the_noise_aware_lift_and_bands(make_app, seeded_d
         assert cells[4] == f"{rows[0]['help_rate'] * 100:.1f}%"  # strict T, as on the Lift tab
         assert cells[-1] in ("PREVIEW", "PRV")
         bands = screen.query_one("#band-table", DataTable)
-        assert bands.row_count == len(report["noise"]["bands"]) == 2
+        assert bands.row_count == len(report["noise"]["bands"]) == 4  # 2 problems × 2 DSLs
         first = [c.plain for c in bands.get_row_at(0)]
-        assert first[0] == "p01" and first[1] == HOST
-        assert first[4] != "-" and first[5].startswith("±")  # σ and the A/A band
+        assert first[:3] == ["p01", "cute", HOST]
+        assert first[5] != "-" and first[6].startswith("±")  # σ and the A/A band
         assert "T>n" in LiftScreen.HELP and "within noise" in LiftScreen.HELP
 
 

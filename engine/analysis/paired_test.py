@@ -1,0 +1,193 @@
+"""A test per comparison from its paired, interleaved gradings (docs/analysis.md, "Paired test").
+
+A paired job grades a comparison's baseline and treatment k times each on one slot,
+interleaved; pair i gives ``d_i = log t_base,i − log t_treat,i`` (positive: the treatment is
+faster). The model is ``d_i ~ N(μ, s²)`` with ``μ = log ρ``. The estimate is the mean of the
+``d_i``; its variance is the pair's own ``s²`` shrunk toward the prior the pooled A/A band of
+(problem, DSL, host) gives (``s₀² = σ_base² + σ_treat²``, ν₀ degrees of freedom): the
+conjugate (normal, scaled-inverse-χ²) posterior
+
+    s²_post = (ν₀ s₀² + (k − 1) s²) / (ν₀ + k − 1),
+
+a t interval with ``ν₀ + k − 1`` degrees of freedom and a two-sided p-value. ν₀ is capped at
+:data:`PRIOR_DOF_CAP` so that a pair graded on a noisier day than the band's still moves its own
+σ. Without a band the pair's own s² with k − 1 degrees of freedom is used (no test below k = 2).
+
+Outliers: a difference farther than :data:`OUTLIER_Z` reference SDs from the differences' median
+is rejected before the test (the reference: the band's SD of a difference, else 1.4826 · MAD of
+the differences from 3 pairs on); the count is reported. Two pairs that disagree so (their
+median is their mean: which one is wrong cannot be told), or rejections of half the pairs or
+more, leave the comparison *outlier-dominated*: no test.
+
+Pure functions (numpy/scipy, no storage).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy import special
+
+PRIOR_DOF_CAP = 20  # the band's degrees of freedom count at most this much against the pair's
+MIN_VARIANCE = 1e-20  # below this (an SD of 1e-10 in log units) the differences are identical
+FDR = 0.05  # "beyond noise" = BH q ≤ FDR
+OUTLIER_Z = 5.0  # a difference this many reference SDs from the median is an outlier
+MAD_TO_SD = 1.4826
+PAIRED, CROSS_HOST, UNPAIRED = "paired", "cross_host", "unpaired"
+
+
+@dataclass(frozen=True)
+class PairedEstimate:
+    """The paired test of one comparison on one clock."""
+
+    k: int  # pairs
+    log_rho: float | None  # mean of the pair differences
+    sd: float | None  # SD of one difference (shrunk)
+    dof: int  # t degrees of freedom (0: no test)
+    low: float | None  # (1 − α) interval of log ρ
+    high: float | None
+    p: float | None  # two-sided p-value of log ρ = 0
+    prior: bool  # whether a band entered the variance
+    rejected: int = 0  # differences rejected as outliers (not among the k pairs)
+    note: str = ""  # why there is no test, when there is none
+
+    @property
+    def rho(self) -> float | None:
+        return None if self.log_rho is None else math.exp(self.log_rho)
+
+    @property
+    def se(self) -> float | None:
+        return None if self.sd is None or self.k == 0 else self.sd / math.sqrt(self.k)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "k": self.k,
+            "log_rho": self.log_rho,
+            "rho": self.rho,
+            "sd": self.sd,
+            "dof": self.dof,
+            "low": self.low,
+            "high": self.high,
+            "rho_low": None if self.low is None else math.exp(self.low),
+            "rho_high": None if self.high is None else math.exp(self.high),
+            "p": self.p,
+            "prior": self.prior,
+            "rejected": self.rejected,
+            "note": self.note,
+        }
+
+
+def log_differences(base_ms: Sequence[float], treat_ms: Sequence[float]) -> list[float]:
+    """``log t_base,i − log t_treat,i`` for each pair i (both runtimes finite and positive)."""
+    return [
+        math.log(b) - math.log(t)
+        for b, t in zip(base_ms, treat_ms, strict=False)
+        if _valid(b) and _valid(t)
+    ]
+
+
+def _valid(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def prior_of(sigmas: Sequence[float | None], dofs: Sequence[int]) -> tuple[float | None, int]:
+    """The prior of one difference's SD from the arms' bands: ``√(Σ σ²)`` and the smallest
+    dof (capped); (None, 0) unless every arm has a band."""
+    if not sigmas or any(s is None for s in sigmas):
+        return None, 0
+    sd = math.sqrt(sum(float(s) ** 2 for s in sigmas if s is not None))
+    return sd, min(min(dofs), PRIOR_DOF_CAP)
+
+
+def posterior_sd(
+    diffs: Sequence[float], prior_sd: float | None, prior_dof: int
+) -> tuple[float | None, int]:
+    """The shrunk SD of one difference and its degrees of freedom ((None, 0): no estimate)."""
+    k = len(diffs)
+    own_dof = max(k - 1, 0)
+    nu0 = min(max(prior_dof, 0), PRIOR_DOF_CAP) if prior_sd is not None else 0
+    if own_dof + nu0 == 0:
+        return None, 0
+    own_ss = 0.0
+    if own_dof:
+        mean = sum(diffs) / k
+        own_ss = sum((d - mean) ** 2 for d in diffs)
+    prior_ss = nu0 * (prior_sd or 0.0) ** 2
+    var = (prior_ss + own_ss) / (nu0 + own_dof)
+    if var <= MIN_VARIANCE or not math.isfinite(var):
+        return None, 0
+    return math.sqrt(var), nu0 + own_dof
+
+
+def outliers(diffs: Sequence[float], prior_sd: float | None) -> list[bool]:
+    """Which differences lie beyond ``OUTLIER_Z`` reference SDs of their median."""
+    if len(diffs) < 2:
+        return [False] * len(diffs)
+    middle = statistics.median(diffs)
+    ref = prior_sd
+    if ref is None and len(diffs) >= 3:
+        ref = MAD_TO_SD * statistics.median(abs(d - middle) for d in diffs)
+    if not ref or ref <= 0:
+        return [False] * len(diffs)
+    return [abs(d - middle) > OUTLIER_Z * ref for d in diffs]
+
+
+def paired_test(
+    diffs: Sequence[float], prior_sd: float | None = None, prior_dof: int = 0, alpha: float = 0.05
+) -> PairedEstimate:
+    """The paired t test of ``log ρ = 0`` from the pair differences (see the module docstring)."""
+    prior = prior_sd is not None and prior_dof > 0
+    flagged = outliers(diffs, prior_sd if prior else None)
+    rejected = sum(flagged)
+    kept = [d for d, bad in zip(diffs, flagged, strict=True) if not bad]
+    k = len(kept)
+    if rejected and 2 * rejected >= len(diffs):
+        mean = sum(diffs) / len(diffs)
+        return PairedEstimate(
+            len(diffs), mean, None, 0, None, None, None, prior, rejected, "outlier-dominated"
+        )
+    if k == 0:
+        return PairedEstimate(0, None, None, 0, None, None, None, prior, rejected, "no pairs")
+    mean = sum(kept) / k
+    sd, dof = posterior_sd(kept, prior_sd, prior_dof)
+    if sd is None or dof == 0:
+        note = "one pair, no band" if k < 2 else "no spread, no band"
+        return PairedEstimate(k, mean, None, 0, None, None, None, prior, rejected, note)
+    se = sd / math.sqrt(k)
+    half = float(special.stdtrit(dof, 1 - alpha / 2)) * se
+    p = float(2 * special.stdtr(dof, -abs(mean) / se))
+    return PairedEstimate(k, mean, sd, dof, mean - half, mean + half, p, prior, rejected)
+
+
+def pairing_status(slots: Sequence[tuple[str, str]]) -> str:
+    """``paired`` when every pair's two gradings ran on one slot, ``cross_host`` when any pair
+    spans two, ``unpaired`` without pairs (``slots``: (baseline slot, treatment slot) per pair)."""
+    if not slots:
+        return UNPAIRED
+    return PAIRED if all(base == treat for base, treat in slots) else CROSS_HOST
+
+
+def bh_qvalues(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Benjamini–Hochberg q-values (None stays None and does not count as a test)."""
+    tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    m = len(tested)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 1.0
+    for rank in range(m, 0, -1):
+        p, i = tested[rank - 1]
+        running = min(running, p * m / rank)
+        out[i] = min(running, 1.0)
+    return out
+
+
+def call_of(estimate: PairedEstimate, q: float | None, fdr: float = FDR) -> str:
+    """``help`` / ``harm`` beyond noise (q ≤ fdr, by the estimate's sign), ``within`` when
+    tested and not beyond, ``untested`` without a test (no band and fewer than 2 pairs)."""
+    if q is None or estimate.log_rho is None or estimate.p is None:
+        return "untested"
+    if q > fdr:
+        return "within"
+    return "help" if estimate.log_rho > 0 else "harm"

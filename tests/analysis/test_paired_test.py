@@ -1,0 +1,95 @@
+"""The per-comparison paired test (engine/analysis/paired_test.py): the shrunk variance, the t
+interval and p-value, Benjamini–Hochberg q-values and the call."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from engine.analysis.paired_test import (
+    PRIOR_DOF_CAP,
+    bh_qvalues,
+    call_of,
+    log_differences,
+    paired_test,
+    pairing_status,
+    prior_of,
+)
+
+
+def test_without_a_band_it_is_the_plain_paired_t_test() -> None:
+    diffs = [0.05, 0.12, 0.02, 0.09]
+    est = paired_test(diffs)
+    ref = sps.ttest_1samp(diffs, 0.0)
+    assert est.p == pytest.approx(ref.pvalue) and est.dof == 3 and not est.prior
+    low, high = ref.confidence_interval(0.95)
+    assert (est.low, est.high) == (pytest.approx(low), pytest.approx(high))
+    assert est.log_rho == pytest.approx(np.mean(diffs))
+
+
+def test_the_band_shrinks_the_pairs_own_variance_with_its_capped_dof() -> None:
+    diffs = [0.30, 0.02, 0.16]  # own s² = 0.0196
+    prior_sd, prior_dof = 0.05, 200  # counts as PRIOR_DOF_CAP
+    est = paired_test(diffs, prior_sd, prior_dof)
+    own = float(np.var(diffs, ddof=1))
+    post = (PRIOR_DOF_CAP * prior_sd**2 + 2 * own) / (PRIOR_DOF_CAP + 2)
+    assert est.sd == pytest.approx(math.sqrt(post))
+    assert est.dof == PRIOR_DOF_CAP + 2 and est.prior
+    t = est.log_rho / (est.sd / math.sqrt(3))  # type: ignore[operator]
+    assert est.p == pytest.approx(2 * sps.t.sf(t, PRIOR_DOF_CAP + 2))
+    # two pairs and a band: a test with the band's dof; no band: one dof; one pair, no band: none
+    assert paired_test([0.2, 0.25], 0.04, 10).dof == 11
+    assert paired_test([0.2, 0.25]).dof == 1
+    single = paired_test([0.2])
+    assert single.p is None and call_of(single, None) == "untested"
+    assert paired_test([0.2], 0.04, 10).dof == 10
+
+
+def test_prior_of_needs_a_band_on_every_arm() -> None:
+    sd, dof = prior_of([0.03, 0.04], [12, 30])
+    assert sd == pytest.approx(0.05) and dof == 12
+    assert prior_of([0.03, None], [12, 0]) == (None, 0)
+    assert prior_of([0.03, 0.04], [500, 800])[1] == PRIOR_DOF_CAP
+
+
+def test_log_differences_skip_pairs_with_a_bad_runtime() -> None:
+    diffs = log_differences([2.0, 0.0, 1.0, math.inf, 3.0], [1.0, 1.0, -1.0, 1.0, math.nan])
+    assert diffs == [pytest.approx(math.log(2.0))]
+
+
+def test_bh_qvalues_match_scipy_and_skip_untested() -> None:
+    ps = [0.001, 0.04, 0.03, 0.2, 0.011, 0.5]
+    q = bh_qvalues([*ps[:3], None, *ps[3:]])
+    expected = sps.false_discovery_control(ps, method="bh")
+    assert q[3] is None
+    assert [x for x in q if x is not None] == pytest.approx(list(expected))
+
+
+def test_call_by_q_and_sign() -> None:
+    help_ = paired_test([0.26, 0.27, 0.25], 0.04, 20)
+    harm = paired_test([-0.26, -0.27, -0.25], 0.04, 20)
+    assert call_of(help_, 0.01) == "help" and call_of(harm, 0.01) == "harm"
+    assert call_of(help_, 0.06) == "within"
+
+
+def test_a_2x_outlier_is_rejected_and_counted_not_called() -> None:
+    clean = [0.01, -0.02, 0.015, 0.0]
+    spoiled = [*clean, math.log(2.0)]  # one grading slowed 2×
+    est = paired_test(spoiled, 0.04, 20)
+    assert est.rejected == 1 and est.k == 4
+    assert est.log_rho == pytest.approx(np.mean(clean))
+    assert est.p is not None and est.p > 0.05
+    # two pairs that disagree so: which is wrong cannot be told, no test
+    two = paired_test([0.0, math.log(2.0)], 0.04, 20)
+    assert two.p is None and two.note == "outlier-dominated" and call_of(two, None) == "untested"
+    # without a band the MAD of 3+ differences is the reference
+    assert paired_test([0.01, 0.02, 0.015, 0.012, 0.9]).rejected == 1
+
+
+def test_pairing_status() -> None:
+    assert pairing_status([]) == "unpaired"
+    assert pairing_status([("h:gpu0", "h:gpu0"), ("h:gpu1", "h:gpu1")]) == "paired"
+    assert pairing_status([("h:gpu0", "h:gpu0"), ("h:gpu0", "g:gpu0")]) == "cross_host"

@@ -1,0 +1,90 @@
+"""The adaptive stopping rule (engine/analysis/sequential.py): clear comparisons stop at 2
+pairs, close ones go on, the false-stop rate of null comparisons stays at α over all looks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.analysis.paired_test import paired_test
+from engine.analysis.sequential import decide, look_weight, sequential_p, spent
+
+SIGMA = 0.03  # CV 3 % per grading
+
+
+def test_look_weights_spend_exactly_alpha_most_at_the_end() -> None:
+    for max_pairs in (2, 3, 5, 10, 40):
+        weights = [look_weight(k, max_pairs) for k in range(1, max_pairs + 2)]
+        assert weights[0] == 0.0 and weights[-1] == 0.0  # no look at 1 pair, none past the end
+        assert sum(weights) == pytest.approx(1.0)
+        if max_pairs > 2:  # O'Brien–Fleming type: later looks spend more
+            assert weights[1] < weights[max_pairs - 1]
+    assert spent(0.0) == 0.0 and spent(1.0) == pytest.approx(1.0)
+    # the 5 % Lan–DeMets O'Brien–Fleming curve at t = 1/2: 2 − 2Φ(1.96 · √2) = 0.00557
+    assert spent(0.5, 0.05) == pytest.approx(0.00557, abs=1e-5)
+
+
+def test_a_clear_comparison_stops_at_two_pairs_with_its_sign() -> None:
+    help_diffs = [math.log(1.3) + 0.01, math.log(1.3) - 0.02]
+    assert decide(help_diffs, SIGMA, 20, max_pairs=10) == "help"
+    assert decide([-d for d in help_diffs], SIGMA, 20, max_pairs=10) == "harm"
+
+
+def test_a_close_comparison_keeps_going_then_ends_within() -> None:
+    close = [0.08, 0.02]
+    assert decide(close, SIGMA, 20, max_pairs=10) == "continue"
+    assert decide(close[:1], SIGMA, 20, max_pairs=10) == "continue"  # no look at one pair
+    noisy = [0.05, -0.04, 0.06, -0.03, 0.02]
+    assert decide(noisy, SIGMA, 20, max_pairs=5) == "within"  # max reached, nothing beyond
+
+
+def test_within_when_the_interval_excludes_a_relevant_effect() -> None:
+    tight = [0.001, -0.002, 0.0015, -0.001, 0.0005, 0.0]
+    assert decide(tight, 0.003, 20, max_pairs=20) == "within"
+    # the same differences under a wide band cannot exclude 5 %: keep going
+    assert decide(tight[:2], 0.10, 20, max_pairs=20) == "continue"
+
+
+def test_no_band_and_no_spread_is_no_test() -> None:
+    assert decide([0.1, 0.1], None, 0, max_pairs=6) == "continue"
+    assert decide([0.1] * 6, None, 0, max_pairs=6) == "within"
+    with pytest.raises(ValueError, match="max_pairs"):
+        decide([0.1, 0.2], SIGMA, 20, max_pairs=1)
+
+
+def test_null_comparisons_stop_falsely_at_most_alpha_over_all_looks() -> None:
+    """Simulated A/A sequences (800, up to 8 pairs): the share stopped help/harm stays ≤ α;
+    testing each look at the full α (no spending) would stop about 3× as often."""
+    rng = np.random.default_rng(7)
+    max_pairs, runs, false, naive = 8, 800, 0, 0
+    for _ in range(runs):
+        diffs = rng.normal(0.0, math.sqrt(2) * SIGMA, max_pairs).tolist()
+        for k in range(2, max_pairs + 1):
+            call = decide(diffs[:k], SIGMA, 20, max_pairs)
+            if call != "continue":
+                false += call in ("help", "harm")
+                break
+        naive += any(p is not None and p <= 0.05 for p in _plain_ps(diffs))
+    assert false / runs <= 0.05
+    assert naive / runs > 0.10
+
+
+def _plain_ps(diffs: list[float]) -> list[float | None]:
+    return [paired_test(diffs[:k], math.sqrt(2) * SIGMA, 20).p for k in range(2, len(diffs) + 1)]
+
+
+def test_sequential_p_is_at_most_alpha_when_the_rule_stops_beyond_noise() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        diffs = rng.normal(math.log(1.1), math.sqrt(2) * SIGMA, 6).tolist()
+        for k in range(2, 7):
+            call = decide(diffs[:k], SIGMA, 20, 6)
+            p = sequential_p(diffs[:k], SIGMA, 20, 6)
+            assert p is not None
+            if call in ("help", "harm"):
+                assert p <= 0.01  # STOP_SHARE · α
+                break
+            if call == "within":
+                break
