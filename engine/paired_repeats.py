@@ -26,12 +26,13 @@ attempt's own finals.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.analysis import sequential
+from engine.analysis.noise import Series, pool
 from engine.analysis.spans import span_of
 from engine.events import PairedFinalGraded, Publisher
 from engine.final_repeats import GatedFinal, final_of, grading_host
@@ -42,7 +43,7 @@ from storage import queries
 from storage import repeats as repeat_rows
 
 MOVES = 3  # slots a job may move to after infrastructure errors before it is left to a rerun
-Decide = Callable[[list[float], float | None, int | None, int], str]
+Decide = Callable[[list[float], float | None, int, int], str]
 
 
 def arm_at(position: int) -> str:
@@ -100,6 +101,21 @@ def _job_of(db: Any, experiment_id: str, comparison_id: int) -> PairJob | None:
         arms[arm] = (row.id, row.dsl, final[0])
     key = repeat_rows.pair_key(experiment_id, comparison_id)
     return PairJob(comparison_id, key, comp.problem_id, arms)
+
+
+def band_of(
+    db: Any, experiment_id: str, job: PairJob, dsl: str, host: str
+) -> tuple[float | None, int]:
+    """(σ, dof) of the A/A band of (problem, DSL, grading host) from the experiment's series
+    and ``mkb noise`` runs, this job's own rows left out; (None, 0) without a band."""
+    rows = repeat_rows.problem_series(db, [job.problem_id], experiment_id=experiment_id)
+    series = [
+        Series(r["problem"], r["host"], tuple(r["values"]), r["key"], r["dsl"], r["preview"])
+        for r in rows
+        if not str(r["key"]).startswith(f"{job.key}:")
+    ]
+    band = pool(series).get((job.problem_id, dsl, host))
+    return (band.sigma, band.dof) if band is not None and band.sigma is not None else (None, 0)
 
 
 def _resolved_ids(db: Any, experiment_id: str) -> list[int]:
@@ -175,7 +191,7 @@ class PairedRepeats:
         moves = 0
         position = 1
         while position <= 2 * self.pairs:
-            if position % 2 == 1 and self._decided(done):
+            if position % 2 == 1 and await self._decided(job, done):
                 return
             if position in stored:
                 position += 1
@@ -196,12 +212,17 @@ class PairedRepeats:
             done = await self.store.read(repeat_rows.pair_done, job.key)
             position += 1
 
-    def _decided(self, done: list[repeat_rows.RepeatRow]) -> bool:
-        """Adaptive: whether the sequential test decided on the complete pairs so far."""
+    async def _decided(self, job: PairJob, done: list[repeat_rows.RepeatRow]) -> bool:
+        """Adaptive: whether the sequential test decided on the complete pairs so far (with
+        the band of the problem, the baseline's DSL and the job's grading host)."""
         if not self.adaptive or self.decide is None:
             return False
         diffs = pair_diffs(done)
-        return bool(diffs) and self.decide(diffs, None, None, self.pairs) != "continue"
+        if not diffs:
+            return False
+        dsl = job.arms["baseline"][1]
+        sigma, dof = await self.store.read(band_of, self.experiment_id, job, dsl, done[-1].host)
+        return self.decide(diffs, sigma, dof, self.pairs) != "continue"
 
     async def _grade(self, job: PairJob, position: int, slot: str) -> Feedback | None:
         """Open the row of ``position``, grade it (on ``slot``), close the row."""
@@ -291,7 +312,7 @@ def paired_for(
     adaptive test is ``engine.analysis.sequential.decide``."""
     decide: Decide | None = None
     if config.paired_adaptive:
-        decide = importlib.import_module("engine.analysis.sequential").decide
+        decide = sequential.decide
     return PairedRepeats(
         publisher=publisher,
         backend=backend,

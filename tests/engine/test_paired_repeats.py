@@ -287,3 +287,23 @@ async def test_an_http_fleet_pairs_each_comparison_on_one_service_slot(db_path: 
     ports = {slot.rsplit("@", 1)[1] for slot in slots.values()}
     assert ports <= {str(port) for _, port in servers} and all("@" in s for s in slots.values())
     assert len({got for _, _, got in backend.log}) >= 2  # the fleet spread its other work
+
+
+async def test_adaptive_pairs_stop_at_two_on_a_clear_help_with_the_band_and_the_rule(
+    db_path: Path,
+) -> None:
+    # the repeated finals give the band of (p28, DSL, host): two pairs then carry its dof
+    toml = CONFIG.format(pairs='"adaptive"\npaired_max = 6\nfinal_repeats = 3')
+    config = parse_config(toml, check_problems=False)
+    runner = SimulatedRunner(
+        submissions=1, blank_skill_rate=0.0, final_runtime_ms=1.0, skill_runtime_factor=0.5
+    )
+    backend = SimulatedBackend(slots=2, noise_cv={"p28": 0.01})
+    with Store(db_path) as store:
+        await Engine(store, config, runner, backend).run()
+        jobs = pairing(store)
+        comparisons = {c.id: c for c in store.read_sync(queries.comparisons, "pair")}
+    assert jobs
+    for cid, rows in jobs.items():  # a 2x help at CV 1 %: decided after two pairs
+        assert [r.arm for r in rows] == ORDER[:4], (comparisons[cid].direction, len(rows))
+        assert pair_diffs(rows) == pytest.approx([math.log(2.0)] * 2, rel=0.05)
