@@ -8,6 +8,7 @@ decides. The simulated grader stands in for a GPU grader (no GPU here)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,8 +132,18 @@ async def test_a_named_slot_is_waited_for_while_others_take_any() -> None:
     assert await asyncio.wait_for(pool.acquire("gpu9"), 0.1) == first  # not held here: any
 
 
+def analyze_json(db: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    from app.cli import main
+
+    capsys.readouterr()
+    assert (
+        main(["analyze", "--db", str(db), "--experiment", "pair", "--draws", "10", "--json"]) == 0
+    )
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
 async def test_each_comparison_is_paired_on_one_slot_through_the_scheduler(
-    db_path: Path,
+    db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with Store(db_path) as store:
         eng, backend = make_engine(store, simulated())
@@ -146,6 +157,11 @@ async def test_each_comparison_is_paired_on_one_slot_through_the_scheduler(
             assert attempt.impl_median_ms == final[0].impl_median_ms  # solo keeps its own final
         finals = store.read_sync(repeat_rows.experiment_finals, "pair")
         assert all(r.pair_key is None for rows in finals.values() for r in rows)
+    pairing = analyze_json(db_path, capsys)["pairing"]  # mkb analyze --json shows the pairing
+    assert {p["comparison_id"]: p["slots"] for p in pairing} == {
+        cid: [slot] for cid, slot in slots.items()
+    }
+    assert {(p["status"], p["pairs"], p["order"]) for p in pairing} == {("paired", 3, "ABBAAB")}
     paired = [(rid, asked, got) for rid, asked, got in backend.log if "-pair" in rid]
     assert len(paired) == 4 * 6
     for rid, asked, got in paired:  # after its first grading, each names the job's slot
