@@ -30,6 +30,9 @@ grading_slots = 1                 # evaluations at once (one per GPU); feedback 
 [grading]
 gpu = "auto"                      # b200 | h200 | h100 | auto: what the grading host reports
 final_repeats = 1                 # gradings of each passing final, spread in time (median scores)
+paired_repeats = 0                # 0 | k | "adaptive": each resolved comparison's two finals
+                                  # graded k times each, interleaved A B B A …, on one slot
+paired_max = 10                   # with "adaptive": the most pairs before the test decides
 
 [retry]
 rerun_failed = true               # rerun attempts that ended in an infrastructure failure
@@ -128,6 +131,8 @@ class ExperimentConfig:
     grading_options: dict[str, Any] = field(default_factory=dict)
     gpu: str = "auto"  # [grading] gpu: b200 | h200 | h100 | auto (problems/targets.py)
     final_repeats: int = 1  # [grading] final_repeats: gradings of each passing final
+    paired_repeats: int = 0  # [grading] paired_repeats: pairs per comparison (at most, adaptive)
+    paired_adaptive: bool = False  # [grading] paired_repeats = "adaptive"
     concurrency: Concurrency = Concurrency()
     rerun_failed: bool = True
     max_tries: int = 3
@@ -329,6 +334,7 @@ def _parse_runtime(exp: dict[str, Any], data: dict[str, Any], path: str) -> dict
                              contract_options.config_keys())
     if grading == "ray":  # [grading.ray]; Ray itself must be installed
         ray_options.check_table(grading_options.get("ray"), f"{path} [grading.ray]", _expect)
+    paired, adaptive = grading_table.paired_repeats(grading_options, f"{path} [grading]", _expect)
     return {
         "agent": agent,
         "agent_options": dict(agent_options),
@@ -340,6 +346,8 @@ def _parse_runtime(exp: dict[str, Any], data: dict[str, Any], path: str) -> dict
             k: v for k, v in grading_options.items() if k not in grading_table.ENGINE_KEYS
         },
         "final_repeats": grading_table.final_repeats(grading_options, f"{path} [grading]", _expect),
+        "paired_repeats": paired,
+        "paired_adaptive": adaptive,
         "gpu": _parse_gpu(grading_options, grading, path),
     }
 

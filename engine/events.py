@@ -328,6 +328,20 @@ class FinalRepeatGraded(Event):
     runtime_ms: float | None = None
 
 
+@kind("paired_final_graded", Area.COMPARISONS, Row.PUBLISH)
+@dataclass(frozen=True)
+class PairedFinalGraded(Event):
+    """One grading of a comparison's paired job (``engine/paired_repeats.py``): its position
+    in the job's A B B A order, the arm's attempt (``attempt_id``), and the slot it ran on."""
+
+    comparison_id: int = 0
+    arm: str = ""
+    position: int = 0
+    slot: str = ""
+    verdict: str = ""
+    runtime_ms: float | None = None
+
+
 @kind("comparison_updated", Area.COMPARISONS, Row.WRITE)
 @dataclass(frozen=True)
 class ComparisonUpdated(Event):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import comparisons
+from engine.analysis.spans import span_of
 from engine.events import FinalRepeatGraded, Publisher
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.gate import GradingGate
@@ -101,7 +102,7 @@ class _Repeat:
     source_hash: str = field(compare=False)
 
 
-def _final_of(db: Any, attempt_id: int, try_number: int) -> tuple[str, dict[str, Any]] | None:
+def final_of(db: Any, attempt_id: int, try_number: int) -> tuple[str, dict[str, Any]] | None:
     """The graded final evaluation (source, feedback) of an attempt's try."""
     row = db.execute(
         "SELECT source, feedback_json FROM submissions WHERE attempt_id=? AND try=? AND "
@@ -143,7 +144,7 @@ def _record_final(
     if attempt is None or attempt[3] not in repeat_rows.PASSING:
         return None
     problem_id, dsl, try_number, _ = attempt
-    final = _final_of(db, attempt_id, try_number)
+    final = final_of(db, attempt_id, try_number)
     if final is None:
         return None
     source, feedback = final
@@ -163,6 +164,7 @@ def _record_final(
         host=host,
         experiment_id=experiment_id,
         attempt_id=attempt_id,
+        span_ms=span_of(feedback, "submission"),
     )
     return problem_id, dsl, source, series, repeat_rows.done_repeats(db, series)
 
@@ -170,7 +172,8 @@ def _record_final(
 def _finish_and_refresh(
     db: Any, series: str, repeat: int, feedback: dict[str, Any], host: str, attempt_id: int
 ) -> bool:
-    stored = repeat_rows.finish_repeat(db, series, repeat, feedback, host=host)
+    span = span_of(feedback, "submission")
+    stored = repeat_rows.finish_repeat(db, series, repeat, feedback, host=host, span_ms=span)
     if stored:
         refresh_runtime(db, attempt_id, series)
     return stored
@@ -284,7 +287,7 @@ class FinalRepeats:
         opened = await self.store.write(repeat_rows.start_repeat, item.series, item.repeat, **start)
         if not opened:
             return  # graded already (a resumed run found it done)
-        feedback = await self.retry.grade(_Gated(self.backend, self.gate), item.request)
+        feedback = await self.retry.grade(GatedFinal(self.backend, self.gate), item.request)
         host = grading_host(self.backend.name, feedback.device, feedback.host)
         stored = await self.publisher.publish(
             FinalRepeatGraded(
@@ -352,7 +355,7 @@ class FinalRepeats:
             await self._changed.wait()
 
 
-class _Gated:
+class GatedFinal:
     """One try of a repeat holds one slot of the engine's grading gate (as a final)."""
 
     def __init__(self, inner: GradingBackend, gate: GradingGate) -> None:

@@ -1,6 +1,7 @@
 """The keys an experiment's ``[grading]`` table may hold, and their check.
 
-The table mixes three kinds of keys: the engine's own (``final_repeats``; ``gpu``), the
+The table mixes three kinds of keys: the engine's own (``final_repeats``, ``paired_repeats``,
+``paired_max``; ``gpu``), the
 grading contract's options (``engine.grading.options``: ``kernel_audit``, ``warm_calls``) and
 the chosen backend's constructor options. Any other key — a typo such as ``final_repeat``, or
 a key of another backend — is rejected naming it, with the closest known key when one is near.
@@ -17,8 +18,10 @@ from typing import Any
 
 from engine.grading.options import CONFIG_BACKENDS
 
-ENGINE_KEYS = ("final_repeats", "gpu")
+ENGINE_KEYS = ("final_repeats", "paired_repeats", "paired_max", "gpu")
 MAX_FINAL_REPEATS = 20
+MAX_PAIRED = 50  # pairs per comparison, fixed or adaptive
+DEFAULT_PAIRED_MAX = 10
 BACKEND_KEYS: dict[str, tuple[str, ...]] = {
     # engine.grading.backends.local.LocalBackend (config comes from the contract options)
     "local": (
@@ -56,7 +59,7 @@ BACKEND_KEYS: dict[str, tuple[str, ...]] = {
     # engine.grading.backends.ray: its options are the [grading.ray] table (ray_options.py)
     "ray": ("ray",),
     # engine.standins.simulated.SimulatedBackend
-    "simulated": ("delay_s", "preview", "noise_cv", "seed", "call_log"),
+    "simulated": ("delay_s", "preview", "noise_cv", "seed", "call_log", "slots"),
 }
 # nested tables whose keys are checked too (a table of problem ids)
 _PROBLEM_KEY = re.compile(r"^p\d\d$")
@@ -126,3 +129,29 @@ def final_repeats(options: Mapping[str, Any], where: str, expect: Expect) -> int
         f"must be a whole number from 1 to {MAX_FINAL_REPEATS}",
     )
     return int(value)
+
+
+def paired_repeats(options: Mapping[str, Any], where: str, expect: Expect) -> tuple[int, bool]:
+    """``[grading] paired_repeats`` (0: none; k: k pairs; ``"adaptive"``: until the
+    sequential test decides) and ``paired_max`` (the adaptive maximum, default 10): the pairs
+    each comparison's paired job grades at most, and whether it may stop early."""
+    value = options.get("paired_repeats", 0)
+    adaptive = value == "adaptive"
+    expect(
+        adaptive
+        or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_PAIRED),
+        f"{where}.paired_repeats",
+        f'must be a whole number from 0 to {MAX_PAIRED} or "adaptive"',
+    )
+    most = options.get("paired_max", DEFAULT_PAIRED_MAX)
+    expect(
+        isinstance(most, int) and not isinstance(most, bool) and 2 <= most <= MAX_PAIRED,
+        f"{where}.paired_max",
+        f"must be a whole number from 2 to {MAX_PAIRED}",
+    )
+    expect(
+        adaptive or "paired_max" not in options,
+        f"{where}.paired_max",
+        'applies only with paired_repeats = "adaptive"',
+    )
+    return (int(most) if adaptive else int(value)), adaptive

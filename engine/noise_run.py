@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.analysis.noise import Z95, Series, pool, spread
+from engine.analysis.spans import span_of
 from engine.final_repeats import grading_host
 from engine.grading.api import GradeRequest, graded_in_preview
 from engine.grading.options import EvalConfig
@@ -78,7 +79,8 @@ def measure(
             "local", str(feedback.get("device") or ""), str(feedback.get("host") or "")
         )
         if store is not None:
-            store.write_sync(repeat_rows.finish_repeat, series, k, feedback, host=host)
+            span = span_of(feedback, "submission")
+            store.write_sync(repeat_rows.finish_repeat, series, k, feedback, host, span)
         feedbacks.append(feedback)
         if report is not None:
             report(k, feedback)

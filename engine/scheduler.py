@@ -61,6 +61,7 @@ from engine.events import (
 from engine.final_repeats import FinalRepeats
 from engine.grading.api import GradingBackend
 from engine.grading.backends.gate import GradingGate
+from engine.paired_repeats import paired_for
 from engine.plan import Plan, PlanNode, build_plan
 from engine.recording import RecordingBackend, StoreObserver
 from engine.retry import RetryPolicy
@@ -136,7 +137,8 @@ class Engine:
             repeats=config.final_repeats,
             plan=self.plan,
             ids=lambda: self.ids,
-        )
+        )  # [grading] paired_repeats: each resolved comparison's finals, paired on one slot
+        self.paired = paired_for(config, self.publisher, self.repeats.ticker, self.gate, self.retry)
         # the run lock: this engine's token, what the lock row shows, how it is kept fresh
         self.claim = RunLockClaim(
             uuid.uuid4().hex,
@@ -261,7 +263,8 @@ class Engine:
         interrupted = False
         try:
             schedule = self._schedule(todo.keys, slots, counts)
-            await self.repeats.run_with(schedule, lambda: bool(slots.running), self._stop_requested)
+            finals = self.repeats.run_with(schedule, slots.busy, self._stop_requested)
+            await self.paired.run_with(finals, self._stop_requested)
         except asyncio.CancelledError:
             interrupted = True
             raise
@@ -491,6 +494,7 @@ class Engine:
     async def _comparisons_for(self, node: PlanNode) -> None:
         for spec in self.plan.comparisons_touching(node.key):
             await comparisons.update(self.publisher, self.config.id, spec, self.ids)
+        await self.paired.add_resolved()  # a comparison resolved: its paired job, if any
 
 
 RunnerFactory = Callable[[], Awaitable[AttemptRunner]]

@@ -20,6 +20,10 @@ class Slots:
         self.per_model: dict[str, int] = {}
         self.started_order: dict[str, float] = {}
 
+    def busy(self) -> bool:
+        """Whether any attempt runs."""
+        return bool(self.running)
+
     def model_free(self, node: PlanNode) -> bool:
         return self.per_model.get(node.model, 0) < self.per_model_limit
 

@@ -320,17 +320,30 @@ def m007_create_timing_repeats(db: Database) -> None:
 
 @migrations()
 def m008_add_repeat_pairing(db: Database) -> None:
-    """The pairing of a comparison's interleaved finals (one job on one grading slot): both
-    arms' rows share ``pair_key`` (``pair:<experiment id>:<comparison id>``), ``arm`` says which
-    arm a row graded, ``slot`` the grading slot that ran it (``host`` stays machine · device),
-    ``span_ms`` the submission's GPU span per call from the feedback (NULL when absent).
-    Unpaired rows keep NULL ``pair_key`` and ``arm``."""
+    """Paired finals (``engine/paired_repeats.py``): a comparison's two final files graded
+    interleaved (A B B A A B …) on one grading slot. ``pair_key`` (``pair:<experiment id>:
+    <comparison id>``, NULL for unpaired rows) is shared by both arms' rows of one paired job,
+    ``arm`` says which (``baseline`` or ``treatment``), ``repeat`` is the row's 1-based position
+    in the job's order, so the i-th baseline and i-th treatment rows form pair i. Every row
+    records the ``slot`` that graded it (``Feedback.host``, e.g. ``hostname:gpu0``; ``host``
+    stays machine · device) and the submission's GPU span per call (``span_ms``, NULL when
+    absent). Unpaired rows keep NULL ``pair_key`` and ``arm``; existing rows get their slot
+    and span from their stored feedback."""
     db.executescript(
         """
         ALTER TABLE timing_repeats ADD COLUMN pair_key TEXT;
         ALTER TABLE timing_repeats ADD COLUMN arm TEXT
-            CHECK (arm IS NULL OR arm IN ('baseline','treatment'));
+            CHECK (arm IS NULL OR arm IN ('baseline', 'treatment'));
         ALTER TABLE timing_repeats ADD COLUMN slot TEXT NOT NULL DEFAULT '';
         ALTER TABLE timing_repeats ADD COLUMN span_ms REAL;
+        CREATE INDEX timing_repeats_pair ON timing_repeats(pair_key);
+        UPDATE timing_repeats SET
+            slot = coalesce(CASE WHEN json_valid(feedback_json)
+                THEN json_extract(feedback_json, '$.host') END, ''),
+            span_ms = CASE WHEN json_valid(feedback_json) AND json_type(feedback_json,
+                '$.clock.breakdown.submission.span_ms') IN ('integer', 'real')
+                AND json_extract(feedback_json, '$.clock.breakdown.submission.span_ms') > 0
+                THEN json_extract(feedback_json, '$.clock.breakdown.submission.span_ms') END
+        WHERE feedback_json IS NOT NULL;
         """
     )

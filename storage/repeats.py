@@ -1,9 +1,13 @@
-"""Repeated gradings of one unchanged file (the ``timing_repeats`` table, migration m007).
+"""Repeated gradings of one unchanged file (the ``timing_repeats`` table, migrations m007
+and m008).
 
 A *series* is one file graded several times on one host: an attempt's repeated finals
 (:func:`final_series`, repeat 1 being its final evaluation) or an ``mkb noise`` run
 (``noise:<id>``). Each grading is one row, unique per (series, repeat): a repeat stored
 ``done`` is never graded again; one left ``running`` (its process was killed) is graded again.
+A *paired job* (m008, ``engine/paired_repeats.py``) grades a comparison's two finals
+interleaved on one slot: its rows share a ``pair_key`` (:func:`pair_key`), each arm is its
+own series (:func:`pair_series`) and ``repeat`` is the row's position in the job's order.
 Plain functions over a connection, like ``storage.writes`` and ``storage.queries``.
 """
 
@@ -29,6 +33,19 @@ def final_series(attempt_id: int, try_number: int) -> str:
     return f"final:{attempt_id}:{try_number}"
 
 
+ARMS = ("baseline", "treatment")
+
+
+def pair_key(experiment_id: str, comparison_id: int) -> str:
+    """The key both arms' rows of one comparison's paired job share."""
+    return f"pair:{experiment_id}:{comparison_id}"
+
+
+def pair_series(experiment_id: str, comparison_id: int, arm: str) -> str:
+    """The series of one arm of a comparison's paired job."""
+    return f"{pair_key(experiment_id, comparison_id)}:{arm}"
+
+
 @dataclass(frozen=True)
 class RepeatRow:
     id: int
@@ -49,6 +66,10 @@ class RepeatRow:
     speedup: float | None
     started_at: str
     finished_at: str | None
+    pair_key: str | None = None
+    arm: str | None = None
+    slot: str = ""
+    span_ms: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -57,13 +78,16 @@ class RepeatRow:
 
 _COLUMNS = (
     "id, series, repeat, kind, experiment_id, attempt_id, problem_id, dsl, source_hash, host, "
-    "state, verdict, reason, impl_median_ms, eager_median_ms, speedup, started_at, finished_at"
+    "state, verdict, reason, impl_median_ms, eager_median_ms, speedup, started_at, finished_at, "
+    "pair_key, arm, slot, span_ms"
 )
 
 
-def _rows(db: Database, where: str, params: Iterable[Any]) -> list[RepeatRow]:
+def _rows(
+    db: Database, where: str, params: Iterable[Any], order: str = "series, repeat"
+) -> list[RepeatRow]:
     cursor = db.execute(
-        f"SELECT {_COLUMNS} FROM timing_repeats WHERE {where} ORDER BY series, repeat",
+        f"SELECT {_COLUMNS} FROM timing_repeats WHERE {where} ORDER BY {order}",
         list(params),
     )
     return [RepeatRow(*row) for row in cursor.fetchall()]
@@ -82,8 +106,11 @@ def start_repeat(
     host: str = "",
     experiment_id: str | None = None,
     attempt_id: int | None = None,
+    pair: str | None = None,
+    arm: str | None = None,
 ) -> bool:
-    """Open a repeat's row (``running``); False when it is already graded (``done``)."""
+    """Open a repeat's row (``running``); False when it is already graded (``done``).
+    ``pair`` and ``arm``: the paired job (:func:`pair_key`) and arm the row belongs to."""
     row = db.execute(
         "SELECT state FROM timing_repeats WHERE series=? AND repeat=?", [series, repeat]
     ).fetchone()
@@ -91,8 +118,8 @@ def start_repeat(
         return False
     db.execute(
         "INSERT INTO timing_repeats (series, repeat, kind, experiment_id, attempt_id, "
-        "problem_id, dsl, source_hash, host, state, started_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) "
+        "problem_id, dsl, source_hash, host, state, started_at, pair_key, arm) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?) "
         "ON CONFLICT (series, repeat) DO UPDATE SET state='running', "
         "started_at=excluded.started_at, host=excluded.host",
         [
@@ -106,21 +133,31 @@ def start_repeat(
             text_hash(source),
             host,
             now(),
+            pair,
+            arm,
         ],
     )
     return True
 
 
 def finish_repeat(
-    db: Database, series: str, repeat: int, feedback: Mapping[str, Any], host: str | None = None
+    db: Database,
+    series: str,
+    repeat: int,
+    feedback: Mapping[str, Any],
+    host: str | None = None,
+    span_ms: float | None = None,
 ) -> bool:
     """Record a repeat's feedback once (``done``; an ``error`` verdict leaves it to be graded
-    again). False when the repeat was already done: the first result stands."""
+    again), with the slot that graded it (``feedback["host"]``) and the submission's GPU span
+    (``span_ms``, the caller reads it from the feedback). False when the repeat was already
+    done: the first result stands."""
     state = "error" if feedback.get("verdict") == "error" else "done"
     cur = db.execute(
         "UPDATE timing_repeats SET state=?, verdict=?, reason=?, impl_median_ms=?, "
         "eager_median_ms=?, speedup=?, feedback_json=?, finished_at=?, "
-        "host=coalesce(?, host) WHERE series=? AND repeat=? AND state!='done'",
+        "host=coalesce(?, host), slot=?, span_ms=? "
+        "WHERE series=? AND repeat=? AND state!='done'",
         [
             state,
             feedback.get("verdict"),
@@ -131,6 +168,8 @@ def finish_repeat(
             json.dumps(dict(feedback), default=str),
             now(),
             host,
+            str(feedback.get("host") or ""),
+            span_ms,
             series,
             repeat,
         ],
@@ -143,12 +182,13 @@ def record_repeat(
     series: str,
     repeat: int,
     feedback: Mapping[str, Any],
+    span_ms: float | None = None,
     **start: Any,
 ) -> bool:
     """Open and finish a repeat in one step (a grading already made, e.g. the final)."""
     if not start_repeat(db, series, repeat, **start):
         return False
-    return finish_repeat(db, series, repeat, feedback)
+    return finish_repeat(db, series, repeat, feedback, span_ms=span_ms)
 
 
 # -- reads ------------------------------------------------------------------------------------
@@ -169,7 +209,7 @@ def done_repeats(db: Database, series: str) -> set[int]:
 def experiment_finals(db: Database, experiment_id: str) -> dict[int, list[RepeatRow]]:
     """Each attempt's repeated finals of its latest try with any (graded rows, by repeat).
     Only ``final:`` series: a comparison's paired gradings (``pair:``) are read by
-    :func:`comparison_pairs`."""
+    :func:`paired_rows`."""
     by_series: dict[str, list[RepeatRow]] = defaultdict(list)
     where = "experiment_id=? AND kind='final' AND state='done' AND series LIKE 'final:%'"
     for row in _rows(db, where, [experiment_id]):
@@ -244,3 +284,20 @@ def attempts_missing(db: Database, experiment_id: str, repeats: int) -> list[int
         [experiment_id, repeats],
     ).fetchall()
     return [int(r[0]) for r in rows]
+
+
+def paired_rows(db: Database, experiment_id: str) -> dict[int, list[RepeatRow]]:
+    """Each comparison's paired-job rows (any state), by comparison id, in the job's order
+    (``repeat``): the i-th ``baseline`` and i-th ``treatment`` rows form pair i; each row
+    names its ``slot``."""
+    prefix = f"pair:{experiment_id}:"
+    out: dict[int, list[RepeatRow]] = defaultdict(list)
+    where = "experiment_id=? AND pair_key IS NOT NULL AND substr(pair_key, 1, ?) = ?"
+    for row in _rows(db, where, [experiment_id, len(prefix), prefix], "pair_key, repeat"):
+        out[int(str(row.pair_key)[len(prefix) :])].append(row)
+    return dict(out)
+
+
+def pair_done(db: Database, key: str) -> list[RepeatRow]:
+    """One paired job's rows stored ``done``, in its order."""
+    return _rows(db, "pair_key=? AND state='done'", [key], "repeat")

@@ -26,6 +26,10 @@ class GradeRequest:
     device: str = "auto"  # "auto" (GPU when present, else CPU preview), "cuda" or "cpu"
     request_id: str = ""  # caller's id (e.g. the submission id), echoed in the feedback
     purpose: str = "submission"  # "submission" or "final"
+    # the grading slot to run on (a ``Feedback.host``, "hostname:gpu0"); "" = any. A paired
+    # job pins its gradings so; a backend that cannot honour it grades anywhere, and the
+    # feedback's ``host`` says where (engine/paired_repeats.py)
+    slot: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import re
+import socket
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 
 from engine.attempts.spec import AttemptOutcome, AttemptSpec
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
+from engine.grading.backends.slot_pool import SlotPool, wanted_label
 
 
 def _unit(*parts: object) -> float:
@@ -49,6 +51,10 @@ class SimulatedBackend:
     noise_cv: dict[str, float] = field(default_factory=dict)  # problem id (or default) → CV
     seed: int = 0
     call_log: str | None = None  # a file: one JSON line as each grading starts and ends
+    # grading slots like the local backend's (0: none, the feedback names no slot): each
+    # grading holds one ("hostname:sim<i>"), honouring a request's ``slot``
+    slots: int = 0
+    _pool: SlotPool[str] | None = field(default=None, init=False, repr=False)
 
     def _log(self, event: str, request: GradeRequest) -> None:
         if self.call_log is None:
@@ -73,6 +79,19 @@ class SimulatedBackend:
         return math.exp(math.sqrt(math.log1p(cv * cv)) * _NORMAL.inv_cdf(u))
 
     async def grade(self, request: GradeRequest) -> Feedback:
+        if self.slots <= 0:
+            return await self._logged(request)
+        if self._pool is None:
+            self._pool = SlotPool([f"sim{i}" for i in range(self.slots)], str)
+        label = await self._pool.acquire(wanted_label(request.slot))
+        try:
+            feedback = await self._logged(request)
+            feedback.host = f"{socket.gethostname()}:{label}"
+            return feedback
+        finally:
+            self._pool.release(label)
+
+    async def _logged(self, request: GradeRequest) -> Feedback:
         self._log("start", request)
         try:
             return await self._grade(request)

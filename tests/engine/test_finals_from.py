@@ -17,6 +17,7 @@ from storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "problems" / "solutions"
+DSLS = ("cute", "tirx")
 
 
 async def test_every_final_is_the_solution_file_of_its_problem_and_dsl(db_path: Path) -> None:
@@ -38,7 +39,13 @@ async def test_every_final_is_the_solution_file_of_its_problem_and_dsl(db_path: 
         for attempt in attempts:
             final = store.read_sync(queries.implementation, attempt.id)
             assert final == (SOLUTIONS / f"p28_{attempt.dsl}.py").read_text()
-    assert len(seen) == 4  # no feedback submissions: the finals alone were graded
+    finals = {rid: src for rid, src in seen.items() if "-pair" not in rid}
+    assert len(finals) == 4  # no feedback submissions: the finals alone were graded
+    # paired finals (paired_repeats = 5): each comparison's arms are one reference file (A/A)
+    assert config.paired_repeats == 5 and not config.paired_adaptive
+    paired = [src for rid, src in seen.items() if "-pair" in rid]
+    assert paired and len(paired) % 10 == 0
+    assert {src for src in paired} <= {(SOLUTIONS / f"p28_{d}.py").read_text() for d in DSLS}
 
 
 def test_a_missing_folder_or_file_is_a_clear_error(tmp_path: Path) -> None:

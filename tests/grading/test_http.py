@@ -64,7 +64,8 @@ async def test_client_grades_through_the_service(server: str) -> None:
     try:
         honest = await client.grade(GradeRequest("p28", "cute", HONEST, request_id="a1"))
         assert honest.verdict == "preview" and honest.request_id == "a1"
-        assert honest.host == f"{socket.gethostname()}:cpu0"  # the grader names itself
+        port = server.rsplit(":", 1)[1]  # the grader names itself: slot and service
+        assert honest.host == f"{socket.gethostname()}:cpu0@{port}"
         assert honest.draws and honest.impl_median_ms is not None
         cheat = await client.grade(GradeRequest("p28", "cute", NAN))
         assert (cheat.verdict, cheat.reason) == ("fail", "correctness.nan")

@@ -6,7 +6,9 @@ authentication on) through the real scheduler, store and ray backend.
    mid-run. Every submission has exactly one stored result, the job it held is graded again
    on the restarted actor, and nothing the actor started (warm parent, judges, runners, the
    jail) outlives it.
-2. Faults at scale: 200 simulated gradings (0.1–0.5 s each) on four grader actors, first
+2. Paired finals: each comparison's paired job (A B B A …) graded on one grader actor of the
+   four, while the other work spreads over all of them.
+3. Faults at scale: 200 simulated gradings (0.1–0.5 s each) on four grader actors, first
    without faults, then with one actor SIGKILLed at 30 % and one worker node removed at 60 %:
    every job has exactly one stored result, duplicates are counted, recorded and dropped, and
    the run takes under 1.5× the fault-free one.
@@ -186,6 +188,43 @@ def test_real_gradings_survive_a_sigkilled_grader(
     while watch.alive_graders() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert watch.alive_graders() == []
+
+
+def test_paired_finals_each_on_one_grader(
+    cluster: tuple[LocalRayCluster, Watch, float], tmp_path: Path
+) -> None:
+    import asyncio
+
+    from storage import repeats as repeat_rows
+
+    local, _, _ = cluster
+    toml = experiment_toml(
+        local.address,
+        replicates=2,
+        submissions=1,
+        sandboxes=4,
+        grading_slots=4,
+        simulated_s=(0.02, 0.05),
+    )
+    toml = toml.replace("[grading.ray]", "[grading]\npaired_repeats = 2\n\n[grading.ray]")
+    toml = toml.replace("[agent]", "[agent]\nfinal_runtime_ms = 1.0")
+    db = tmp_path / "paired.sqlite"
+    run = asyncio.run(run_ray_experiment(db, toml))
+    assert run["summary"].by_state == {"finished": 8}
+    with Store(db) as store:
+        jobs = store.read_sync(repeat_rows.paired_rows, "ray")
+    assert len(jobs) == 4
+    slots = set()
+    for rows in jobs.values():
+        assert [(r.repeat, r.arm, r.state) for r in rows] == [
+            (1, "baseline", "done"),
+            (2, "treatment", "done"),
+            (3, "treatment", "done"),
+            (4, "baseline", "done"),
+        ]
+        assert len({r.slot for r in rows}) == 1 and ":ray-actor-" in rows[0].slot
+        slots.add(rows[0].slot)
+    print(f"paired on Ray: {run['wall_s']:.1f} s, jobs on {len(slots)} graders")
 
 
 def test_faults_at_scale_every_job_stored_once(

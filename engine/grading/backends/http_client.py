@@ -3,6 +3,11 @@
 Each request goes to the least busy host (ties in turn); a transient failure (connection
 error, timeout, HTTP 5xx/429, or an "error" verdict such as a grading worker that died) is
 retried on the next host, up to ``tries`` attempts in all.
+
+A request that names its slot (``GradeRequest.slot``, a paired job's: the ``Feedback.host``
+of a grading this pool received) goes only to the host that answered for that slot, every
+try; the service's local backend then waits for that slot. When that host fails every try the
+feedback is an infrastructure error and the paired job moves on (``engine/paired_repeats.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class HttpBackend:
         self.backoff_s = backoff_s
         self.in_flight = dict.fromkeys(self.urls, 0)
         self.failures = dict.fromkeys(self.urls, 0)
+        self.slot_urls: dict[str, str] = {}  # Feedback.host -> the url that answered for it
         self._turn = itertools.count()
         self._session: aiohttp.ClientSession | None = None
 
@@ -54,7 +60,10 @@ class HttpBackend:
         return self._session
 
     def order(self, request: GradeRequest | None = None) -> list[str]:
-        """Hosts to try, least busy (and least failing) first, rotating among equals."""
+        """Hosts to try, least busy (and least failing) first, rotating among equals; only
+        the slot's host for a request that names a slot this pool has seen."""
+        if request is not None and request.slot in self.slot_urls:
+            return [self.slot_urls[request.slot]]
         turn = next(self._turn)
         rotated = self.urls[turn % len(self.urls) :] + self.urls[: turn % len(self.urls)]
         return sorted(rotated, key=lambda u: (self.in_flight[u], self.failures[u]))
@@ -75,6 +84,8 @@ class HttpBackend:
                 self.in_flight[url] -= 1
             if transient is None and feedback is not None:
                 self.failures[url] = 0
+                if feedback.host:
+                    self.slot_urls[feedback.host] = url
                 return feedback
             self.failures[url] += 1
             problems.append(f"{url}: {transient}")

@@ -4,7 +4,8 @@ Each slot (one per GPU, pinned with ``CUDA_VISIBLE_DEVICES``; or ``preview_slots
 slots on a host without GPUs) owns a warm parent (:mod:`engine.grading.parent.zygote`) that imported
 torch, the catalog and the DSLs once and forks a fresh child per evaluation. With
 ``warm=False`` every evaluation starts a new ``python -m engine.grading.worker`` instead.
-Requests wait in FIFO order for a free slot.
+Requests wait in FIFO order for a free slot; one that names its slot (``GradeRequest.slot``,
+a paired job's) waits for that one (:mod:`engine.grading.backends.slot_pool`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.backends.slot_pool import SlotPool, wanted_label
 from engine.grading.judge import placement
 from engine.grading.options import EvalConfig
 from engine.grading.parent.evaluate import (
@@ -267,24 +269,26 @@ class LocalBackend:
                         ahead=ahead,
                     )
                 )
-        self._free: asyncio.Queue[Slot] | None = None
-        self.waiting = 0
+        self._free: SlotPool[Slot] | None = None
         self.completed = 0
         self.started_at = time.time()
 
-    def _queue(self) -> asyncio.Queue[Slot]:
+    def _queue(self) -> SlotPool[Slot]:
         if self._free is None:
-            self._free = asyncio.Queue()
-            for slot in self.slots:
-                self._free.put_nowait(slot)
+            self._free = SlotPool(self.slots, lambda slot: slot.label)
         return self._free
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot."""
+        return self._free.waiting if self._free is not None else 0
 
     async def start(self) -> None:
         """Start every slot's warm parent now (otherwise they start on first use)."""
         await asyncio.gather(*(s.parent.start() for s in self.slots if s.parent is not None))
 
     def status(self) -> dict[str, Any]:
-        free = self._queue().qsize()
+        free = self._queue().free
         return {
             "backend": self.name,
             "device": self.device,
@@ -312,17 +316,13 @@ class LocalBackend:
         if request.device == "cuda" and self.device != "cuda":
             return Feedback.decided(request, InfrastructureError("this grader has no GPU"))
         queue = self._queue()
-        self.waiting += 1
-        try:
-            slot = await queue.get()
-        finally:
-            self.waiting -= 1
+        slot = await queue.acquire(wanted_label(request.slot))
         try:
             device = "cpu" if request.device == "cpu" else slot.device
             return await self._run_on(slot, request, device)
         finally:
             self.completed += 1
-            queue.put_nowait(slot)
+            queue.release(slot)
 
     async def _run_on(self, slot: Slot, request: GradeRequest, device: str) -> Feedback:
         limits = self.config.limits(device)

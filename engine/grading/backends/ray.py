@@ -16,6 +16,11 @@ handed to the duplicate sink (the engine records it in the store) and dropped
 (:mod:`engine.grading.backends.ledger`). A job that loses its grader ``max_dispatches`` times
 ends as an infrastructure error (the engine's retry policy decides what follows).
 
+A request that names its slot (``GradeRequest.slot``, a paired job's: the ``Feedback.host`` a
+lane's grader reported) waits in that lane's own queue and is taken only by it; when the lane
+loses its grader those requests go back to the shared queue (the feedback says where they
+ran, ``engine/paired_repeats.py``).
+
 Ray is an optional extra: nothing here imports it until :meth:`RayBackend.start`, and
 :func:`require_ray` turns a missing install into a message saying how to install it.
 """
@@ -75,6 +80,7 @@ class _Lane:
     gpu_name: str | None = None
     up: bool = False
     jobs: list[_Job] = field(default_factory=list)  # handed to the actor, not yet answered
+    pinned: list[_Job] = field(default_factory=list)  # waiting for this lane's slot only
     reviving: asyncio.Lock = field(default_factory=asyncio.Lock)
     restarts: int = 0
     completed: int = 0
@@ -119,6 +125,7 @@ class RayBackend:
         self.ledger = JobLedger(duplicate_sink)
         self.lanes: list[_Lane] = []
         self.jobs: dict[str, _Job] = {}
+        self.slot_lanes: dict[str, _Lane] = {}  # Feedback.host -> the lane that reported it
         self._heap: list[tuple[int, int, _Job]] = []
         self._seq = itertools.count()
         self._ready: asyncio.Condition | None = None
@@ -224,10 +231,14 @@ class RayBackend:
             heapq.heappush(self._heap, (0 if first else 1, next(self._seq), job))
             self._ready.notify()
 
-    async def _next(self) -> _Job:
+    async def _next(self, lane: _Lane) -> _Job:
         assert self._ready is not None
         async with self._ready:
             while True:
+                while lane.pinned:
+                    job = lane.pinned.pop(0)
+                    if not job.future.done():
+                        return job
                 while self._heap:
                     _, _, job = heapq.heappop(self._heap)
                     if not job.future.done():
@@ -239,7 +250,14 @@ class RayBackend:
         key = job_key()
         job = _Job(key, request, asyncio.get_running_loop().create_future())
         self.jobs[key] = job
-        await self._put(job, first=False)
+        lane = self.slot_lanes.get(request.slot) if request.slot else None
+        if lane is not None and lane.up:
+            assert self._ready is not None
+            async with self._ready:
+                lane.pinned.append(job)
+                self._ready.notify_all()
+        else:
+            await self._put(job, first=False)
         try:
             return await job.future
         finally:
@@ -264,7 +282,7 @@ class RayBackend:
                     if not lane.up:
                         await self._revive(lane)
                 continue
-            job = await self._next()
+            job = await self._next(lane)
             if self.ledger.dispatches(job.key) >= self.options.max_dispatches:
                 self._finish(job, self._lost_feedback(job))
                 continue
@@ -285,16 +303,27 @@ class RayBackend:
                 reply = result.result()
                 if isinstance(reply, dict):
                     lane.completed += 1
+                    slot = str((reply.get("feedback") or {}).get("host") or "")
+                    if slot:
+                        self.slot_lanes[slot] = lane
                     await self._deliver(reply)
                 else:  # the actor died under it: Ray restarts it, the job goes to another
-                    lane.up = False
+                    await self._down(lane)
                     await self._requeue(job)
                 return
             if not await self._answers(lane):
-                lane.up = False
+                await self._down(lane)
                 await self._requeue(job)
                 self._spawn(self._straggler(result))
                 return
+
+    async def _down(self, lane: _Lane) -> None:
+        """The lane lost its grader: its pinned requests go back to the shared queue."""
+        lane.up = False
+        self.slot_lanes = {k: v for k, v in self.slot_lanes.items() if v is not lane}
+        pinned, lane.pinned = lane.pinned, []
+        for job in pinned:
+            await self._put(job, first=True)
 
     async def _outcome(self, call: Any) -> dict[str, Any] | BaseException:
         try:

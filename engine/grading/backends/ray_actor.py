@@ -119,6 +119,10 @@ class GraderActor:
         except Exception as exc:  # noqa: BLE001 - the grader's failure is an infrastructure error
             feedback = Feedback("error", "crash", f"grader actor: {type(exc).__name__}: {exc}")
         self.graded += 1
+        if not feedback.host or self.gpu_name is None:
+            # no slot of a GPU named by the grader (a stand-in, or a CPU slot that every
+            # actor of a machine calls cpu0): this actor is the slot
+            feedback.host = f"{socket.gethostname()}:ray-actor-{os.getpid()}"
         return {
             "key": key,
             "dispatch": dispatch,

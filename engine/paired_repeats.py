@@ -1,0 +1,325 @@
+"""Paired finals: a comparison as the unit of final grading (``[grading] paired_repeats``).
+
+Once a comparison is resolved with both arms passing, one *paired job* grades its baseline's
+and its treatment's final files ``k`` times each, interleaved A B B A A B B A … (the arm of
+position ``p`` is :func:`arm_at`), each a fresh grading, all on ONE grading slot, so host
+speed and drift cancel within a pair. The first grading goes to any free slot; every later
+one names that slot (``GradeRequest.slot`` = the first feedback's ``host``) and each backend
+places it there (local and simulated slots, an http service's slot, a Ray lane). Each grading
+holds one slot of the engine's grading gate as a final evaluation, behind waiting feedback.
+
+Each grading is one ``timing_repeats`` row (``storage/repeats.py``, migration m008): series
+``pair:<experiment>:<comparison id>:<arm>``, ``repeat`` = its position in the job's order, the
+shared ``pair_key``, and the ``slot`` that graded it; opened before the grading and closed with
+its feedback. A resumed run skips the positions stored ``done`` and continues the same order
+on the slot of the last stored row, so ``kill -9`` grades no stored row again and loses none.
+
+A grading that ends in an infrastructure error (its slot died: a lost service, a dead Ray
+lane) is tried again from the same position with no slot named: the rest of the job runs on
+whichever slot answers, and the rows say so (a pair spanning slots is the analysis's
+``cross_host``, never silent). ``"adaptive"`` stops after any complete pair where the
+sequential test (``engine.analysis.sequential.decide``) says other than ``"continue"``, or at
+``paired_max`` pairs. Paired rows never change an attempt's runtime: solo metrics keep each
+attempt's own finals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.analysis import sequential
+from engine.analysis.noise import Series, pool
+from engine.analysis.spans import span_of
+from engine.events import PairedFinalGraded, Publisher
+from engine.final_repeats import GatedFinal, final_of, grading_host
+from engine.grading.api import Feedback, GradeRequest, GradingBackend
+from engine.grading.backends.gate import GradingGate
+from engine.retry import RetryPolicy
+from storage import queries
+from storage import repeats as repeat_rows
+
+MOVES = 3  # slots a job may move to after infrastructure errors before it is left to a rerun
+Decide = Callable[[list[float], float | None, int, int], str]
+
+
+def arm_at(position: int) -> str:
+    """The arm graded at 1-based ``position`` of a paired job: A B B A A B B A …"""
+    return "baseline" if (position - 1) % 4 in (0, 3) else "treatment"
+
+
+def _log_runtime(row: repeat_rows.RepeatRow) -> float | None:
+    value = row.impl_median_ms
+    ok = row.passed and value is not None and math.isfinite(value) and value > 0
+    return math.log(value) if ok and value is not None else None
+
+
+def pair_diffs(rows: list[repeat_rows.RepeatRow]) -> list[float]:
+    """log(baseline / treatment) of each complete pair both of whose gradings passed with a
+    finite positive runtime (the i-th baseline row against the i-th treatment row)."""
+    arms: dict[str, list[repeat_rows.RepeatRow]] = {"baseline": [], "treatment": []}
+    for row in sorted(rows, key=lambda r: r.repeat):
+        if row.arm in arms and row.state == "done":
+            arms[row.arm].append(row)
+    diffs = []
+    for base, treat in zip(arms["baseline"], arms["treatment"], strict=False):
+        b, t = _log_runtime(base), _log_runtime(treat)
+        if b is not None and t is not None:
+            diffs.append(b - t)
+    return diffs
+
+
+@dataclass(frozen=True)
+class PairJob:
+    """One comparison's paired job: its key and each arm's attempt and final file."""
+
+    comparison_id: int
+    key: str
+    problem_id: str
+    arms: dict[str, tuple[int, str, str]]  # arm -> (attempt id, dsl, source)
+
+
+def _job_of(db: Any, experiment_id: str, comparison_id: int) -> PairJob | None:
+    """The paired job of a resolved comparison whose two arms passed (else None)."""
+    comp = queries.comparison(db, comparison_id)
+    if comp is None or not comp.resolved or comp.skipped:
+        return None
+    arms: dict[str, tuple[int, str, str]] = {}
+    for arm, attempt_id in (
+        ("baseline", comp.baseline_attempt_id),
+        ("treatment", comp.treatment_attempt_id),
+    ):
+        row = queries.attempt(db, attempt_id) if attempt_id else None
+        if row is None or row.state != "finished" or row.outcome not in repeat_rows.PASSING:
+            return None
+        final = final_of(db, row.id, row.tries)
+        if final is None:
+            return None
+        arms[arm] = (row.id, row.dsl, final[0])
+    key = repeat_rows.pair_key(experiment_id, comparison_id)
+    return PairJob(comparison_id, key, comp.problem_id, arms)
+
+
+def band_of(
+    db: Any, experiment_id: str, job: PairJob, dsl: str, host: str
+) -> tuple[float | None, int]:
+    """(σ, dof) of the A/A band of (problem, DSL, grading host) from the experiment's series
+    and ``mkb noise`` runs, this job's own rows left out; (None, 0) without a band."""
+    rows = repeat_rows.problem_series(db, [job.problem_id], experiment_id=experiment_id)
+    series = [
+        Series(r["problem"], r["host"], tuple(r["values"]), r["key"], r["dsl"], r["preview"])
+        for r in rows
+        if not str(r["key"]).startswith(f"{job.key}:")
+    ]
+    band = pool(series).get((job.problem_id, dsl, host))
+    return (band.sigma, band.dof) if band is not None and band.sigma is not None else (None, 0)
+
+
+def _resolved_ids(db: Any, experiment_id: str) -> list[int]:
+    return [c.id for c in queries.comparisons(db, experiment_id, resolved_only=True)]
+
+
+def _finish(
+    db: Any, series: str, position: int, feedback: dict[str, Any], host: str, span: float | None
+) -> bool:
+    return repeat_rows.finish_repeat(db, series, position, feedback, host=host, span_ms=span)
+
+
+class PairedRepeats:
+    """The queue and workers of one engine's paired jobs (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        publisher: Publisher,
+        backend: GradingBackend,
+        gate: GradingGate,
+        retry: RetryPolicy,
+        experiment_id: str,
+        pairs: int,
+        adaptive: bool = False,
+        decide: Decide | None = None,
+    ) -> None:
+        self.publisher = publisher
+        self.store = publisher.store
+        self.backend = backend
+        self.gate = gate
+        self.retry = retry
+        self.experiment_id = experiment_id
+        self.pairs = pairs
+        self.adaptive = adaptive
+        self.decide = decide
+        self.graded = 0
+        self._seen: set[int] = set()
+        self._queue: asyncio.Queue[int] = asyncio.Queue()
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def add_resolved(self) -> None:
+        """Queue every resolved comparison not queued yet (its job decides if it has work)."""
+        if self.pairs <= 0:
+            return
+        for comparison_id in await self.store.read(_resolved_ids, self.experiment_id):
+            if comparison_id not in self._seen:
+                self._seen.add(comparison_id)
+                self._idle.clear()
+                self._queue.put_nowait(comparison_id)
+
+    async def worker(self) -> None:
+        """Run queued jobs until cancelled."""
+        while True:
+            comparison_id = await self._queue.get()
+            self._active += 1
+            try:
+                job = await self.store.read(_job_of, self.experiment_id, comparison_id)
+                if job is not None:
+                    await self.run_job(job)
+            finally:
+                self._active -= 1
+                if self._active == 0 and self._queue.empty():
+                    self._idle.set()
+
+    async def run_job(self, job: PairJob) -> None:
+        """Grade a job's missing positions in order, on one slot (see the module docstring)."""
+        done = await self.store.read(repeat_rows.pair_done, job.key)
+        slot = done[-1].slot if done else ""
+        stored = {r.repeat for r in done}
+        moves = 0
+        position = 1
+        while position <= 2 * self.pairs:
+            if position % 2 == 1 and await self._decided(job, done):
+                return
+            if position in stored:
+                position += 1
+                continue
+            feedback = await self._grade(job, position, slot)
+            if feedback is None:  # stored already by another run: read what it left
+                done = await self.store.read(repeat_rows.pair_done, job.key)
+                stored = {r.repeat for r in done}
+                continue
+            if feedback.verdict == "error":
+                moves += 1
+                if moves > MOVES:
+                    return  # left to a rerun (the row stays open: graded again then)
+                slot = ""  # its slot died: the rest of the job goes wherever answers
+                continue
+            slot = slot or feedback.host
+            stored.add(position)
+            done = await self.store.read(repeat_rows.pair_done, job.key)
+            position += 1
+
+    async def _decided(self, job: PairJob, done: list[repeat_rows.RepeatRow]) -> bool:
+        """Adaptive: whether the sequential test decided on the complete pairs so far (with
+        the band of the problem, the baseline's DSL and the job's grading host)."""
+        if not self.adaptive or self.decide is None:
+            return False
+        diffs = pair_diffs(done)
+        if not diffs:
+            return False
+        dsl = job.arms["baseline"][1]
+        sigma, dof = await self.store.read(band_of, self.experiment_id, job, dsl, done[-1].host)
+        return self.decide(diffs, sigma, dof, self.pairs) != "continue"
+
+    async def _grade(self, job: PairJob, position: int, slot: str) -> Feedback | None:
+        """Open the row of ``position``, grade it (on ``slot``), close the row."""
+        arm = arm_at(position)
+        attempt_id, dsl, source = job.arms[arm]
+        series = f"{job.key}:{arm}"
+        opened = await self.store.write(
+            repeat_rows.start_repeat,
+            series,
+            position,
+            kind="final",
+            problem_id=job.problem_id,
+            dsl=dsl,
+            source=source,
+            experiment_id=self.experiment_id,
+            attempt_id=attempt_id,
+            pair=job.key,
+            arm=arm,
+        )
+        if not opened:
+            return None
+        request = GradeRequest(
+            job.problem_id,
+            dsl,
+            source,
+            request_id=f"{attempt_id}-pair{job.comparison_id}-p{position}",
+            purpose="final",
+            slot=slot,
+        )
+        feedback = await self.retry.grade(GatedFinal(self.backend, self.gate), request)
+        data = feedback.to_dict()
+        host = grading_host(getattr(self.backend, "name", ""), feedback.device, feedback.host)
+        stored = await self.publisher.publish(
+            PairedFinalGraded(
+                self.experiment_id,
+                attempt_id,
+                comparison_id=job.comparison_id,
+                arm=arm,
+                position=position,
+                slot=feedback.host,
+                verdict=feedback.verdict,
+                runtime_ms=feedback.impl_median_ms,
+            ),
+            _finish,
+            series,
+            position,
+            data,
+            host,
+            span_of(data, "submission"),
+        )
+        if stored and feedback.verdict != "error":
+            self.graded += 1
+        return feedback
+
+    async def run_with(self, inner: Awaitable[None], stop: asyncio.Event) -> None:
+        """Run ``inner`` (the scheduling loop and repeated finals) with the paired workers
+        beside it: queue what a previous run left, then, when it ends, grade what is left
+        (unless stopped). Workers are cancelled on the way out; an interrupted grading stays
+        ``running`` in the store and is graded again by the next run."""
+        count = self.gate.slots if self.pairs > 0 else 0
+        workers = [asyncio.create_task(self.worker(), name=f"pair-{i}") for i in range(count)]
+        try:
+            await self.add_resolved()
+            await inner
+            await self.add_resolved()
+            idle = asyncio.ensure_future(self._idle.wait())
+            stopped = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({idle, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                idle.cancel()
+                stopped.cancel()
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
+
+def paired_for(
+    config: Any,
+    publisher: Publisher,
+    backend: GradingBackend,
+    gate: GradingGate,
+    retry: RetryPolicy,
+) -> PairedRepeats:
+    """An engine's paired jobs as its config asks (none with ``paired_repeats = 0``); the
+    adaptive test is ``engine.analysis.sequential.decide``."""
+    decide: Decide | None = None
+    if config.paired_adaptive:
+        decide = sequential.decide
+    return PairedRepeats(
+        publisher=publisher,
+        backend=backend,
+        gate=gate,
+        retry=retry,
+        experiment_id=config.id,
+        pairs=config.paired_repeats,
+        adaptive=config.paired_adaptive,
+        decide=decide,
+    )
