@@ -10,6 +10,7 @@ Plain functions over a connection, like ``storage.writes`` and ``storage.queries
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -182,7 +183,8 @@ def problem_series(
     db: Database, problem_ids: Iterable[str] | None = None, field: str = "impl_median_ms"
 ) -> list[dict[str, Any]]:
     """Every stored series (any experiment, and ``mkb noise`` runs) of these problems: key,
-    problem, dsl, host, the passing gradings' ``field`` values, and whether any was a preview."""
+    problem, dsl, host, the passing gradings' ``field`` values, whether any was a preview, and
+    how many passing gradings were left out for a value that is not finite and positive."""
     if field not in ("impl_median_ms", "eager_median_ms"):
         raise ValueError(f"not a runtime column: {field!r}")
     ids = sorted(set(problem_ids)) if problem_ids is not None else None
@@ -208,11 +210,16 @@ def problem_series(
                 "host": host,
                 "values": [],
                 "preview": False,
+                "invalid": 0,
             },
         )
-        if verdict in PASSING and value is not None and value > 0:
+        if verdict not in PASSING:
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
             entry["values"].append(float(value))
             entry["preview"] = entry["preview"] or verdict == "preview"
+        else:  # a pass without a finite positive runtime: left out, counted
+            entry["invalid"] += 1
     return list(out.values())
 
 

@@ -100,7 +100,7 @@ def _num(value: float | None, fmt: str = ".3f") -> str:
 
 def render(result: dict[str, Any]) -> str:
     """The plan as a table: one row per cell, power and replicates needed per lift."""
-    from engine.analysis.text import text_table
+    from engine.analysis.text import no_result_lines, text_table
 
     lifts = result["lifts"]
     header = ["model", "direction", "family", "problems", "reps", "sigma_b", "sigma_m"]
@@ -132,4 +132,5 @@ def render(result: dict[str, Any]) -> str:
             "  no A/A band in the store: sigma_m unknown, taken as 0 (optimistic); "
             "measure it with `mkb noise` or [grading] final_repeats >= 2"
         )
+    lines += [f"  {line}" for line in no_result_lines(result.get("no_result"))]
     return "\n".join(lines).lstrip("\n")

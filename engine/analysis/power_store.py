@@ -9,6 +9,7 @@ from engine.analysis import metrics
 from engine.analysis.noise_lift import bands_of
 from engine.analysis.outcomes import OutcomeError, from_store
 from engine.analysis.power import DEFAULT_LIFTS, plan, planned_cells
+from engine.analysis.report import no_result_summary
 
 MIN_PILOT = 2  # resolved comparisons a pilot needs
 
@@ -61,6 +62,7 @@ def plan_from_store(
         "power": power,
         "lifts": list(lifts),
         "cells": cells,
+        "no_result": no_result_summary(outcomes),  # the pilot's rows left out, by reason
     }
 
 
