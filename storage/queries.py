@@ -302,6 +302,18 @@ def attempt_states(db: Database, experiment_id: str | None = None) -> dict[str, 
     }
 
 
+def ungraded_reasons(db: Database, experiment_id: str) -> dict[str, int]:
+    """Attempts stored ``ungraded`` (the grader failed, not the agent), per reason."""
+    return {
+        str(row["reason"]): row["n"]
+        for row in db.query(
+            "SELECT coalesce(reason, '') AS reason, count(*) AS n FROM attempts "
+            "WHERE experiment_id = ? AND outcome = 'ungraded' GROUP BY reason ORDER BY reason",
+            [experiment_id],
+        )
+    }
+
+
 def steps(db: Database, attempt_id: int, after_id: int = 0, limit: int = 1000) -> list[StepRow]:
     """Trajectory steps of an attempt with id > ``after_id`` (for incremental tailing)."""
     return _rows(
