@@ -8,19 +8,26 @@ from __future__ import annotations
 from typing import Any
 
 from engine.attempts.spec import AttemptOutcome
+from engine.grading.admission import INFRA_JUDGE_CRASH, UNGRADED_REASONS, admit
 from engine.grading.api import Feedback
 from engine.plan import PlanNode
 from storage import queries, writes
 from storage.db import now
 from storage.store import Store
 
+UNGRADED = "ungraded"  # the attempt's final grading failed for the grader's own reasons
+
 
 def outcome_of(final: Feedback | None) -> tuple[str, str | None]:
-    """Attempt outcome and reason from its final evaluation."""
+    """Attempt outcome and reason from its final evaluation: ``ungraded`` with the reason
+    when the grader failed (an ``infra.*`` error, an invalid timing), never ``fail``."""
     if final is None:
         return "fail", "no_implementation"
+    final = admit(final)
     if final.verdict in ("pass", "preview"):
         return final.verdict, None
+    if final.verdict == "error" or final.reason in UNGRADED_REASONS:
+        return UNGRADED, final.reason or INFRA_JUDGE_CRASH
     return "fail", final.reason or final.verdict
 
 

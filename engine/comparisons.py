@@ -1,5 +1,7 @@
 """Comparisons as results land: ρ and help/harm/neutral once source, baseline and treatment
-are terminal."""
+are terminal. An arm that is no result (``ungraded``: the grader failed; or a pass without a
+valid runtime, from a store written before timings were checked where they enter) leaves its
+comparison unresolved: a grader's failure never becomes ρ."""
 
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ TERMINAL = ("finished", "failed", "skipped")
 
 def arm_result(row: queries.AttemptRow) -> ArmResult:
     return ArmResult(row.outcome in ("pass", "preview"), row.impl_median_ms, row.eager_median_ms)
+
+
+def no_result(row: queries.AttemptRow) -> bool:
+    """An arm the grader gave no result for: ungraded, or passing without a valid runtime."""
+    result = arm_result(row)
+    return row.outcome == "ungraded" or (result.passed and not result.timed)
 
 
 def comparison_key(spec: ComparisonSpec) -> dict[str, Any]:
@@ -36,7 +44,10 @@ def compute(db: Any, experiment_id: str, spec: ComparisonSpec, ids: dict[str, in
     base = queries.attempt(db, ids[spec.baseline_key])
     treat = queries.attempt(db, ids[spec.treatment_key])
     assert src and base and treat
-    resolved = all(r.state in TERMINAL for r in (src, base, treat))
+    arms = (base,) if treat.state == "skipped" else (base, treat)
+    resolved = all(r.state in TERMINAL for r in (src, base, treat)) and not any(
+        no_result(r) for r in arms
+    )
     fields: dict[str, Any] = {"resolved": int(resolved), "skipped": int(treat.state == "skipped")}
     if resolved:
         value = rho(arm_result(base), None if treat.state == "skipped" else arm_result(treat))

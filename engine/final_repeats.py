@@ -38,6 +38,7 @@ from typing import Any
 from engine import comparisons
 from engine.analysis.spans import span_of
 from engine.events import FinalRepeatGraded, Publisher
+from engine.grading.admission import runtime_defect
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.gate import GradingGate
 from engine.plan import Plan
@@ -115,13 +116,19 @@ def final_of(db: Any, attempt_id: int, try_number: int) -> tuple[str, dict[str, 
 
 
 def refresh_runtime(db: Any, attempt_id: int, series: str) -> None:
-    """The attempt's runtime, eager time and speedup: medians over its passing repeats."""
-    rows = [r for r in repeat_rows.series_rows(db, series) if r.passed and r.impl_median_ms]
+    """The attempt's runtime, eager time and speedup: medians over its passing repeats whose
+    runtime is a finite positive number (others, stored before timings were checked where
+    they enter, are left out; the analysis counts them under ``timing.invalid``)."""
+    rows = [
+        r
+        for r in repeat_rows.series_rows(db, series)
+        if r.passed and runtime_defect(r.impl_median_ms) is None
+    ]
     if not rows:
         return
 
     def median(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
+        known = [v for v in values if runtime_defect(v) is None]
         return statistics.median(known) if known else None
 
     writes.update_attempt(

@@ -28,6 +28,7 @@ from engine.events import (
     SubmissionReceived,
     SubmissionRejected,
 )
+from engine.grading.admission import admit
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.gate import GradingGate
 from engine.grading.backends.ledger import JOB_KEY, Duplicate
@@ -239,6 +240,7 @@ class RecordingBackend:
             feedback = Feedback(
                 verdict="error", reason="crash", message=f"{type(exc).__name__}: {exc}"
             )
+        feedback = admit(feedback)  # stored as the engine believes it (no invalid timings)
         await self.publisher.publish(
             SubmissionGraded(
                 self.experiment_id,

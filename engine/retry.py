@@ -2,8 +2,9 @@
 
 What is retried, and where it is recorded:
 
-- a **grading** that ends in an infrastructure error (verdict ``"error"`` or a backend
-  exception) is graded again by whoever asked for it, through :meth:`RetryPolicy.grade`;
+- a **grading** that ends in a transient infrastructure error (verdict ``"error"`` or a
+  backend exception; not ``infra.oom`` or ``usage``, which would end the same) is graded
+  again by whoever asked for it, through :meth:`RetryPolicy.grade`;
   each try is one ``grading_jobs`` row of the same submission (the recording backend never
   retries by itself) and each retry an ``attempt.grading_retry`` event;
 - an **execution try** that failed for a transient infrastructure reason (the sandbox or the
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.grading.admission import admit, retryable
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 
 RetrySink = Callable[[dict[str, Any]], Awaitable[None]]
@@ -46,7 +48,10 @@ class RetryPolicy:
     async def grade(
         self, backend: GradingBackend, request: GradeRequest, on_retry: RetrySink | None = None
     ) -> Feedback:
-        """Grade, trying again after an infrastructure error, up to ``max_tries`` tries."""
+        """Grade, trying again after a transient infrastructure error, up to ``max_tries``
+        tries. Every reply is admitted first (``engine/grading/admission.py``: a pass without
+        a valid runtime is a ``timing.invalid`` failure, an error gets its ``infra.*``
+        reason); a deterministic one (``infra.oom``, ``usage``) is not tried again."""
         feedback = Feedback(verdict="error", reason="infra.not_run", request_id=request.request_id)
         tries = max(1, self.max_tries)
         for number in range(1, tries + 1):
@@ -61,7 +66,8 @@ class RetryPolicy:
                     problem_id=request.problem_id,
                     dsl=request.dsl,
                 )
-            if feedback.verdict != "error":
+            feedback = admit(feedback)
+            if not retryable(feedback):
                 return feedback
             if number < tries and on_retry is not None:
                 await on_retry(

@@ -93,6 +93,7 @@ class RunSummary:
     stale: list[str] = field(default_factory=list)
     comparisons_resolved: int = 0
     interrupted: bool = False
+    ungraded: dict[str, int] = field(default_factory=dict)  # the grader's failures, by reason
 
 
 class Engine:
@@ -284,6 +285,7 @@ class Engine:
             todo.stale,
             resolved,
             interrupted or self._stopping,
+            await self.store.read(queries.ungraded_reasons, self.config.id),
         )
 
     async def _schedule(self, todo: set[str], slots: Slots, counts: dict[str, int]) -> None:

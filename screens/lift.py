@@ -43,6 +43,7 @@ from screens.lift_noise import (
     noise_rows,
 )
 from screens.plots import PlotPanel, forest_caption, forest_rows
+from screens.render import UNGRADED_STYLE
 
 __all__ = ["ComparisonListScreen", "LiftScreen", "compute_report"]
 
@@ -70,6 +71,28 @@ def compute_report(db: Database, experiment_id: str | None) -> dict[str, Any] | 
 
 
 Cells = Callable[[dict[str, Any], bool], list[Text]]
+
+
+def no_result_label(summary: dict[str, Any] | None) -> str:
+    """The attempts and repeats the tables leave out as no result, by count and reason."""
+    if not summary:
+        return ""
+
+    def by(reasons: dict[str, int]) -> str:
+        return ", ".join(f"{reason} {n}" for reason, n in reasons.items())
+
+    parts = []
+    if summary["ungraded"]:
+        parts.append(
+            f"ungraded (grader's fault, not failures): {summary['ungraded']} "
+            f"({by(summary['ungraded_by_reason'])})"
+        )
+    if summary["repeats_excluded"]:
+        parts.append(
+            f"repeats without a valid runtime: {summary['repeats_excluded']} "
+            f"({by(summary['repeats_by_reason'])})"
+        )
+    return "left out · " + " · ".join(parts) if parts else ""
 
 
 class LiftScreen(LiveScreen):
@@ -170,6 +193,8 @@ class LiftScreen(LiveScreen):
             f" · {len(report['comparisons'])} resolved comparisons · enter: "
             "comparisons behind a row"
         )
+        if left_out := no_result_label(report.get("no_result")):
+            label.append(f"\n{left_out}", style=UNGRADED_STYLE)
         banner.update(label)
         tiers = report["tiers"]
         self._fill("lift-table", LIFT_COLUMNS, report["lift"], lift_cells, keyed=True)

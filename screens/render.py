@@ -42,8 +42,11 @@ STATE_STYLES = {
     "skipped": "dim",
     "planned": "dim",
 }
+# ungraded: the grader failed (infra.*, an invalid timing), not the agent: its own colour
+UNGRADED_STYLE = "dark_orange"
 VERDICT_STYLES = {"help": "green", "harm": "red", "neutral": "yellow",
-                  "pass": "green", "preview": "cyan", "fail": "red", "error": "magenta"}
+                  "pass": "green", "preview": "cyan", "fail": "red", "error": "magenta",
+                  "ungraded": UNGRADED_STYLE}
 
 
 def parse_time(stamp: str | None) -> datetime | None:
@@ -89,6 +92,8 @@ def state_text(state: str, outcome: str | None = None, compact: bool = False) ->
     """``finished:pass`` (compact: ``done:pass``), else the state."""
     done = "done" if compact else state
     label = state if not outcome or state != "finished" else f"{done}:{outcome}"
+    if outcome == "ungraded":
+        return Text(label, style=UNGRADED_STYLE)
     return Text(label, style=STATE_STYLES.get(state, ""))
 
 
@@ -267,7 +272,8 @@ def outcome_text(row: AttemptRow) -> Text:
                 f"{row.submissions_used}   tries {row.tries}   tokens "
                 f"{row.tokens_in}/{row.tokens_out}   cost ${row.cost_usd:.2f}")
     if row.reason:
-        text.append(Text(f"\nreason: {row.reason}", style="red"))
+        style = UNGRADED_STYLE if row.outcome == "ungraded" else "red"
+        text.append(Text(f"\nreason: {row.reason}", style=style))
     if row.error:
         text.append(Text(f"\nerror: {row.error}", style="red"))
     return text

@@ -347,3 +347,75 @@ def m008_add_repeat_pairing(db: Database) -> None:
         WHERE feedback_json IS NOT NULL;
         """
     )
+
+
+UNGRADED_OUTCOMES = (*OUTCOMES, "ungraded")
+_LEGACY_INFRA_FINALS = """
+    SELECT a.id, (
+        SELECT g.error FROM grading_jobs g WHERE g.submission_id = s.id ORDER BY g.id DESC LIMIT 1
+    )
+    FROM attempts a JOIN submissions s ON s.id = (
+        SELECT id FROM submissions WHERE attempt_id = a.id AND purpose = 'final'
+        ORDER BY try DESC, n DESC LIMIT 1
+    )
+    WHERE a.outcome = 'fail' AND a.state = 'finished'
+      AND NOT EXISTS (SELECT 1 FROM grading_jobs g WHERE g.submission_id = s.id
+                      AND g.state = 'done')
+      AND EXISTS (SELECT 1 FROM grading_jobs g WHERE g.submission_id = s.id
+                  AND g.state = 'error')
+"""
+
+
+def _legacy_infra_reason(error: str | None) -> str:
+    """The ``infra.*`` reason of a stored grading error (as of this migration; the engine
+    names new ones in ``engine/grading/admission.py``)."""
+    text = (error or "").lower()
+    if "outofmemoryerror" in text or "out of memory" in text or "memoryerror" in text:
+        return "infra.oom"
+    if "gpu is lost" in text or "no cuda-capable device" in text:
+        return "infra.device_lost"
+    if "connection" in text or "worker died" in text or "actor died" in text:
+        return "infra.host_lost"
+    return "infra.judge_crash"
+
+
+@migrations()
+def m009_add_ungraded_outcome(db: Database) -> None:
+    """An attempt whose final grading failed for the grader's own reasons (out of memory in
+    the judge, a judge crash, a lost device or host: ``infra.*``) is ``ungraded``, never
+    ``fail``: the outcome CHECK admits ``ungraded``, and attempts stored ``fail`` whose last
+    final evaluation never got a verdict (every grading job of it ended in an error) become
+    ``ungraded`` with the error's ``infra.*`` reason, their comparisons unresolved.
+
+    The CHECK is widened by SQLite's documented in-place schema edit for CHECK constraints
+    (``PRAGMA writable_schema``, ``schema_version`` bumped; sqlite.org/lang_altertable.html,
+    "Making Other Kinds Of Table Schema Changes") rather than a table rebuild: a rebuild needs
+    foreign keys off, which cannot be switched inside the migration's transaction, and would
+    cascade-delete every row that references an attempt. Widening an ``IN`` list leaves
+    every stored row valid and the file's format unchanged."""
+    sql = db.execute(
+        "SELECT sql FROM sqlite_master WHERE type='table' AND name='attempts'"
+    ).fetchone()[0]
+    old = _enum("outcome", OUTCOMES, nullable=True)
+    if old not in sql:
+        raise RuntimeError("m009: the attempts table's outcome CHECK is not the expected one")
+    version = db.execute("PRAGMA schema_version").fetchone()[0]
+    db.execute("PRAGMA writable_schema=ON")
+    try:
+        db.execute(
+            "UPDATE sqlite_master SET sql=? WHERE type='table' AND name='attempts'",
+            [sql.replace(old, _enum("outcome", UNGRADED_OUTCOMES, nullable=True))],
+        )
+        db.execute(f"PRAGMA schema_version={int(version) + 1}")
+    finally:
+        db.execute("PRAGMA writable_schema=OFF")
+    for attempt_id, error in db.execute(_LEGACY_INFRA_FINALS).fetchall():
+        db.execute(
+            "UPDATE attempts SET outcome='ungraded', reason=?, speedup=NULL WHERE id=?",
+            [_legacy_infra_reason(error), attempt_id],
+        )
+        db.execute(
+            "UPDATE comparisons SET resolved=0, rho=NULL, verdict=NULL "
+            "WHERE ? IN (baseline_attempt_id, treatment_attempt_id)",
+            [attempt_id],
+        )

@@ -302,6 +302,18 @@ def attempt_states(db: Database, experiment_id: str | None = None) -> dict[str, 
     }
 
 
+def ungraded_reasons(db: Database, experiment_id: str) -> dict[str, int]:
+    """Attempts stored ``ungraded`` (the grader failed, not the agent), per reason."""
+    return {
+        str(row["reason"]): row["n"]
+        for row in db.query(
+            "SELECT coalesce(reason, '') AS reason, count(*) AS n FROM attempts "
+            "WHERE experiment_id = ? AND outcome = 'ungraded' GROUP BY reason ORDER BY reason",
+            [experiment_id],
+        )
+    }
+
+
 def steps(db: Database, attempt_id: int, after_id: int = 0, limit: int = 1000) -> list[StepRow]:
     """Trajectory steps of an attempt with id > ``after_id`` (for incremental tailing)."""
     return _rows(
@@ -347,6 +359,25 @@ def final_feedback(db: Database, experiment_id: str) -> dict[int, dict[str, Any]
         except (TypeError, ValueError):
             continue  # an unreadable record adds nothing; the attempt row still counts
     return out
+
+
+def unverdicted_finals(db: Database, experiment_id: str) -> dict[int, str]:
+    """Attempts stored ``fail`` whose last final evaluation never got a verdict (every
+    grading job of it ended in an error: the grader failed, not the agent), with the last
+    job's error, by attempt id. Stores written before ``ungraded`` existed hold such rows
+    (migration m009 turns them ``ungraded``; a read-only analysis names them so too)."""
+    rows = db.execute(
+        "SELECT a.id, (SELECT g.error FROM grading_jobs g WHERE g.submission_id = s.id "
+        "ORDER BY g.id DESC LIMIT 1) FROM attempts a JOIN submissions s ON s.id = ("
+        "SELECT id FROM submissions WHERE attempt_id = a.id AND purpose = 'final' "
+        "ORDER BY try DESC, n DESC LIMIT 1) "
+        "WHERE a.experiment_id = ? AND a.outcome = 'fail' AND a.state = 'finished' "
+        "AND NOT EXISTS (SELECT 1 FROM grading_jobs g WHERE g.submission_id = s.id "
+        "AND g.state = 'done') AND EXISTS (SELECT 1 FROM grading_jobs g "
+        "WHERE g.submission_id = s.id AND g.state = 'error')",
+        [experiment_id],
+    ).fetchall()
+    return {int(attempt_id): str(error or "") for attempt_id, error in rows}
 
 
 def latest_skill(db: Database, attempt_id: int) -> SkillRow | None:

@@ -232,7 +232,9 @@ def problem_series(
     dsl, host, the passing gradings' ``field`` values (finite and positive), and whether any
     was a preview. A series graded on several hosts is split by host, never filed under one.
     With ``experiment_id``: that experiment's series and every ``mkb noise`` run only (another
-    experiment's finals were graded under other loads and days)."""
+    experiment's finals were graded under other loads and days).
+    Passing gradings left out for a value that is not finite and positive are counted
+    (``invalid``)."""
     if field not in ("impl_median_ms", "eager_median_ms"):
         raise ValueError(f"not a runtime column: {field!r}")
     ids = sorted(set(problem_ids)) if problem_ids is not None else None
@@ -261,11 +263,16 @@ def problem_series(
                 "host": host,
                 "values": [],
                 "preview": False,
+                "invalid": 0,
             },
         )
-        if verdict in PASSING and _positive(value):
+        if verdict not in PASSING:
+            continue
+        if _positive(value):
             entry["values"].append(float(value))
             entry["preview"] = entry["preview"] or verdict == "preview"
+        else:  # a pass without a finite positive runtime: left out, counted
+            entry["invalid"] += 1
     return list(out.values())
 
 

@@ -138,7 +138,7 @@ def comparison_lines(result: dict[str, Any]) -> list[str]:
 
 def render(result: dict[str, Any]) -> str:
     """The plan as a table: one row per cell, power and replicates needed per lift."""
-    from engine.analysis.text import text_table
+    from engine.analysis.text import no_result_lines, text_table
 
     lifts = result["lifts"]
     header = ["model", "direction", "family", "problems", "reps", "sigma_b", "sigma_m"]
@@ -171,4 +171,5 @@ def render(result: dict[str, Any]) -> str:
             "  no A/A band in the store: sigma_m unknown, taken as 0 (optimistic); "
             "measure it with `mkb noise` or [grading] final_repeats >= 2"
         )
+    lines += [f"  {line}" for line in no_result_lines(result.get("no_result"))]
     return "\n".join(lines).lstrip("\n")

@@ -175,6 +175,9 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
               f"({summary.reused} reused, {summary.ran} ran, {summary.skipped} skipped), "
               f"{summary.comparisons_resolved} comparisons resolved")
         print("states: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.by_state.items())))
+        if summary.ungraded:  # the grader's failures: never the agents' results
+            print(f"ungraded (grader's fault): {sum(summary.ungraded.values())}, by reason: "
+                  + ", ".join(f"{k} {v}" for k, v in summary.ungraded.items()))
         if summary.stale:
             verb = "rerun" if rerun_stale else "kept (use --rerun-stale to rerun)"
             print(f"stale attempts {verb}: {len(summary.stale)}")

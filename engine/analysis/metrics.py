@@ -165,9 +165,14 @@ def resolved_arms(rows: Iterable[ScoredAttempt]) -> list[Arms]:
 
 
 def comparisons(rows: Iterable[ScoredAttempt]) -> list[Comparison]:
-    """Every resolved comparison: source and baseline present, treatment present or skipped."""
+    """Every resolved comparison: source and baseline present, treatment present or skipped;
+    one with a passing arm that has no finite positive runtime is no result and left out
+    (``outcomes.from_store`` counts such rows; an outcomes file cannot hold them)."""
     out: list[Comparison] = []
     for model, problem, rep, direction, source, baseline, treatment in resolved_arms(rows):
+        arms = [a for a in (_arm(baseline), _arm(treatment)) if a is not None]
+        if any(a.passed and not a.timed for a in arms):
+            continue
         value = rho(_arm(baseline), _arm(treatment))  # type: ignore[arg-type]
         out.append(Comparison(model, problem, baseline.family, direction, rep, source,
                               baseline, treatment, value))

@@ -25,8 +25,11 @@ def attach_repeats(
     rows: Sequence[ScoredAttempt],
     attempt_ids: Sequence[int],
     time: str = "e2e",
-) -> tuple[list[ScoredAttempt], list[Series]]:
-    """``rows`` (attempts ``attempt_ids``) with their repeats and hosts, and the series."""
+) -> tuple[list[ScoredAttempt], list[Series], dict[str, int]]:
+    """``rows`` (attempts ``attempt_ids``) with their repeats and hosts, the series, and the
+    passing repeats left out of both for a runtime that is not a finite positive number
+    (``timing.invalid``: stored before timings were checked where they enter)."""
+    from engine.grading.admission import INVALID_TIMING, runtime_defect
     from storage import repeats
 
     field = check_time_source(time)
@@ -39,9 +42,8 @@ def attach_repeats(
         if not graded:
             out.append(row)
             continue
-        values = tuple(
-            float(v) for r in graded if r.passed and _positive(v := getattr(r, field))
-        )
+        passing = [getattr(r, field) for r in graded if r.passed]
+        values = tuple(float(v) for v in passing if runtime_defect(v) is None)
         flags = row.flags
         if any(r.passed != row.passed for r in graded) and VERDICT_CHANGED not in flags:
             flags = (*flags, VERDICT_CHANGED)
@@ -52,4 +54,5 @@ def attach_repeats(
         Series(s["problem"], s["host"], tuple(s["values"]), s["key"], s["dsl"], s["preview"])
         for s in stored
     ]
-    return out, series
+    invalid = sum(s["invalid"] for s in stored)  # the attempts' own series among them
+    return out, series, ({INVALID_TIMING: invalid} if invalid else {})

@@ -28,6 +28,7 @@ from typing import Any
 
 from engine.analysis.noise import Series
 from engine.analysis.scored import ScoredAttempt as ScoredAttempt
+from engine.grading.admission import runtime_defect
 
 DSLS = ("cute", "tirx")
 DIRECTIONS = ("cute->tirx", "tirx->cute")
@@ -46,6 +47,11 @@ class OutcomeSet:
     gpu: str | None = None  # the grading GPU, e.g. "NVIDIA B200 (Blackwell, sm_100a)"
     series: list[Series] | None = None  # stored A/A series (None: from the rows' repeats)
     time: str = "e2e"  # the runtime figure the rows carry (engine.analysis.noise.TIME_SOURCES)
+    # attempts left out as no result, by reason: ungraded (the grader failed: ``infra.*``) or
+    # a pass without a finite positive runtime (``timing.invalid``); never counted as failures
+    ungraded: dict[str, int] = field(default_factory=dict)
+    # passing repeated gradings left out of medians and bands, by reason (``timing.invalid``)
+    excluded_repeats: dict[str, int] = field(default_factory=dict)
 
 
 def _number(value: Any, where: str, key: str, *, allow_none: bool = True) -> float | None:
@@ -173,9 +179,14 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
         raise OutcomeError(f"no experiment {experiment_id!r} in the database")
     rows: list[ScoredAttempt] = []
     attempt_ids: list[int] = []
+    ungraded: dict[str, int] = {}
     finals = queries.final_feedback(db, experiment_id)
+    unverdicted = queries.unverdicted_finals(db, experiment_id)
     for a in queries.attempts_for_experiment(db, experiment_id):
         if a.variant or a.round > 1 or a.state not in ("finished", "failed"):
+            continue
+        if (why := no_result(a, unverdicted)) is not None:
+            ungraded[why] = ungraded.get(why, 0) + 1
             continue
         final = finals.get(a.id, {})
         flags = final.get("flags") or []
@@ -202,7 +213,7 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
             flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
             sol_ms=float(sol) if isinstance(sol, (int, float)) and sol > 0 else None,
         ))
-    rows, series = attach_repeats(db, experiment_id, rows, attempt_ids)
+    rows, series, dropped = attach_repeats(db, experiment_id, rows, attempt_ids)
     if time == "span":
         from engine.analysis.spans import attach_spans
 
@@ -215,7 +226,24 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
         experiment_id=exp.id,
         experiment_name=exp.name,
         gpu=_gpu_label(exp.gpu),
+        ungraded=ungraded,
+        excluded_repeats=dropped,
     )
+
+
+def no_result(attempt: Any, unverdicted: dict[int, str]) -> str | None:
+    """Why a stored attempt is no result (``None``: it is one): ungraded with its reason, a
+    ``fail`` whose final never got a verdict (a store from before ``ungraded``: named as the
+    engine names it now), or a pass whose runtime is not a finite positive number."""
+    from engine.grading.admission import INFRA_JUDGE_CRASH, INVALID_TIMING, infra_reason
+
+    if attempt.outcome == "ungraded":
+        return str(attempt.reason or INFRA_JUDGE_CRASH)
+    if attempt.id in unverdicted:
+        return infra_reason(None, unverdicted[attempt.id])
+    if attempt.outcome in ("pass", "preview") and runtime_defect(attempt.impl_median_ms):
+        return INVALID_TIMING
+    return None
 
 
 def _gpu_label(key: str) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.grading.admission import runtime_defect
+
 RESCUE = 4.0
 BREAK = 0.25
 SPEEDUP_CAP = 100.0
@@ -24,6 +26,12 @@ class ArmResult:
     ref_runtime_ms: float | None = None  # eager reference median
 
     @property
+    def timed(self) -> bool:
+        """Whether the runtime is a finite positive number (a passing arm without one is
+        no result: ``engine/grading/admission.py``)."""
+        return runtime_defect(self.runtime_ms) is None
+
+    @property
     def speedup(self) -> float | None:
         """Eager median / implementation median, capped at 100× (None unless passing)."""
         if not self.passed or not self.runtime_ms or not self.ref_runtime_ms:
@@ -36,8 +44,8 @@ def rho(baseline: ArmResult, treatment: ArmResult | None) -> float:
     if treatment is None:
         return 1.0
     if baseline.passed and treatment.passed:
-        if not baseline.runtime_ms or not treatment.runtime_ms:
-            raise ValueError("a passing arm needs a positive runtime")
+        if not (baseline.timed and treatment.timed):  # callers leave such arms out
+            raise ValueError("a passing arm needs a finite positive runtime")
         return baseline.runtime_ms / treatment.runtime_ms
     if treatment.passed:
         return RESCUE

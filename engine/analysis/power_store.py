@@ -9,6 +9,7 @@ from engine.analysis import metrics
 from engine.analysis.noise_lift import bands_of
 from engine.analysis.outcomes import OutcomeError, from_store
 from engine.analysis.power import DEFAULT_LIFTS, comparison_plan, plan, planned_cells
+from engine.analysis.report import no_result_summary
 
 MIN_PILOT = 2  # resolved comparisons a pilot needs
 
@@ -62,6 +63,7 @@ def plan_from_store(
         "lifts": list(lifts),
         "cells": cells,
         "per_comparison": comparison_plan(bands.values(), max(r, 2), alpha=alpha, power=power),
+        "no_result": no_result_summary(outcomes),  # the pilot's rows left out, by reason
     }
 
 

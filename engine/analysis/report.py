@@ -55,6 +55,7 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
         "label": PREVIEW_LABEL if outcomes.preview else "scored",
         "time": spans.time_summary(outcomes.time, resolved, len(comps), left_out),
         "exclusion": {"fail_flags": list(opts.fail_flags), "flags_seen": flag_counts},
+        "no_result": no_result_summary(outcomes),
         "arms": metrics.arm_metrics(rows),
         "solo": solo,
         "lift": metrics.lift_table(
@@ -94,6 +95,18 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
             "bands": [b.as_dict() for b in bands.values()],
             "lift": noise_rows,
         },
+    }
+
+
+def no_result_summary(outcomes: OutcomeSet) -> dict[str, Any]:
+    """What the analysis left out as no result, by count and reason: attempts the grader
+    failed (``ungraded``: ``infra.*``; a pass without a valid runtime: ``timing.invalid``),
+    never counted as the agents' failures, and passing repeats without a valid runtime."""
+    return {
+        "ungraded": sum(outcomes.ungraded.values()),
+        "ungraded_by_reason": dict(sorted(outcomes.ungraded.items())),
+        "repeats_excluded": sum(outcomes.excluded_repeats.values()),
+        "repeats_by_reason": dict(sorted(outcomes.excluded_repeats.items())),
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.analysis.paired import SPEEDUP_CAP
+from engine.grading.admission import runtime_defect
 from problems.sol import share_of_sol
 
 
@@ -45,6 +46,7 @@ class ScoredAttempt:
     @property
     def speedup(self) -> float | None:
         """Eager / implementation median, capped at 100× (None unless passing with times)."""
-        if not self.passed or not self.runtime_ms or not self.ref_runtime_ms:
+        bad = runtime_defect(self.runtime_ms) or runtime_defect(self.ref_runtime_ms)
+        if not self.passed or bad:
             return None
-        return min(self.ref_runtime_ms / self.runtime_ms, SPEEDUP_CAP)
+        return min(self.ref_runtime_ms / self.runtime_ms, SPEEDUP_CAP)  # type: ignore[operator]

@@ -39,6 +39,7 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     if flags:
         lines.append("Exclusion: attempts flagged " + ", ".join(flags) + " scored as failing")
     lines += time_lines(report.get("time"))
+    lines += no_result_lines(report.get("no_result"))
     cov = report["coverage"]
     lines.append(
         f"{cov['comparisons']} resolved comparisons; {cov['solo_attempts']} solo "
@@ -46,6 +47,28 @@ def header_lines(report: dict[str, Any]) -> list[str]:
         f"{share(cov['source_coverage'])}, source pass share "
         f"{share(cov['source_pass_share'])}"
     )
+    return lines
+
+
+def no_result_lines(summary: dict[str, Any] | None) -> list[str]:
+    """The attempts and repeats left out as no result, by count and reason."""
+    if not summary:
+        return []
+
+    def reasons(by: dict[str, int]) -> str:
+        return ", ".join(f"{reason} {n}" for reason, n in by.items())
+
+    lines = []
+    if summary["ungraded"]:
+        lines.append(
+            f"Ungraded (grader's fault, not counted as failures): {summary['ungraded']}, "
+            f"by reason: {reasons(summary['ungraded_by_reason'])}"
+        )
+    if summary["repeats_excluded"]:
+        lines.append(
+            f"Repeated gradings left out (no valid runtime): {summary['repeats_excluded']}, "
+            f"by reason: {reasons(summary['repeats_by_reason'])}"
+        )
     return lines
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from engine.attempt_records import outcome_of
 from engine.bundle.content import Bundle
 from engine.bundle.restore import latest_finals, restore
+from engine.grading.admission import admit, retryable
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from storage import queries, run_locks, writes
 from storage.db import now
@@ -235,8 +236,9 @@ async def _grade(
             feedback = await backend.grade(request)
         except Exception as exc:  # noqa: BLE001 - a broken backend is an infrastructure error
             feedback = Feedback("error", "crash", f"{type(exc).__name__}: {exc}")
+        feedback = admit(feedback)  # engine/grading/admission.py: timings and infra reasons
         await store.write(record_grading, job, job_id, feedback.to_dict(), decides, lock)
-        if feedback.verdict != "error":
+        if not retryable(feedback):
             break
     return feedback
 

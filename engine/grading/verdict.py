@@ -10,7 +10,8 @@ happened as *evidence* and asks :func:`decide` for ``(verdict, reason, message)`
 - :class:`Crashed` — a process died without a result: ``fail`` once the submission's code had
   run (it may have killed it), ``error`` before (ours);
 - :class:`BadRequest` — nothing to grade (unknown problem or DSL): ``error``/``usage``;
-- :class:`InfrastructureError` — something of ours failed: ``error``/``crash``;
+- :class:`InfrastructureError` — something of ours failed: ``error`` with its reason;
+- the judge's own out of memory: ``error``/``infra.oom`` (not retried: it ends the same);
 - any other exception — a bug of the grader's own: ``error``/``crash``, never a pass.
 
 No imports beyond the standard library: the parent decides without torch.
@@ -38,7 +39,19 @@ class Rejected(Exception):
 
 
 class InfrastructureError(Exception):
-    """Something of ours failed (not the submission): the verdict is ``error``."""
+    """Something of ours failed (not the submission): the verdict is ``error``; ``reason``
+    names what failed when the raiser knows (an ``infra.*`` code of
+    ``engine/grading/admission.py``), else the engine names it from the message."""
+
+    def __init__(self, message: str = "", reason: str = "crash") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """The judge's own allocation failed (torch's ``OutOfMemoryError``, ``MemoryError``): a
+    grader's fault that ends the same way when tried again at the same point."""
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
 
 
 @dataclass(frozen=True)
@@ -108,7 +121,8 @@ def decide(evidence: Evidence) -> Decision:
         case BadRequest(message=message):
             return Decision("error", "usage", message)
         case InfrastructureError():
-            return Decision("error", "crash", str(evidence))
+            return Decision("error", evidence.reason, str(evidence))
         case BaseException():
-            return Decision("error", "crash", f"judge error: {type(evidence).__name__}: {evidence}")
+            reason = "infra.oom" if out_of_memory(evidence) else "crash"
+            return Decision("error", reason, f"judge error: {type(evidence).__name__}: {evidence}")
     raise TypeError(f"decide() takes evidence of an outcome, not {type(evidence).__name__}")

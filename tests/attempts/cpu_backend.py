@@ -22,6 +22,7 @@ def _grade(request: GradeRequest, draws: int) -> Feedback:
         problem_id=request.problem_id,
         dsl=request.dsl,
         device="cpu (preview)",
+        impl_median_ms=1.0,  # a stand-in's time: a preview carries one (engine/grading/admission)
     )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "submission.py"

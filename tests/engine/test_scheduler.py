@@ -258,7 +258,7 @@ async def test_outer_retry_of_a_failed_grading_reuses_the_submission(db_path: Pa
             self.calls += 1
             if self.calls <= 4:
                 return Feedback(verdict="error", reason="crash", message="worker died")
-            return Feedback(verdict="preview", speedup=1.0)
+            return Feedback(verdict="preview", speedup=1.0, impl_median_ms=1.0)
 
         async def close(self) -> None:
             return None

@@ -152,3 +152,34 @@ def attempt_id(path: Path, model: str, problem: str, arm: str) -> int:
 
 def dump(value: object) -> str:
     return json.dumps(value)
+
+
+BAD_RUNTIMES = (0.0, -1.0, float("nan"), float("inf"), None)  # NaN is stored as NULL by SQLite
+
+
+def add_bad_timings(path: Path) -> dict[str, int]:
+    """Break the seeded store's timings as a faulty grader would have left them: the first
+    five passing attempts' finals get each of :data:`BAD_RUNTIMES`, and every other passing
+    attempt a series of repeated finals holding two good runtimes and each bad one. Returns
+    what the analysis must leave out: ``{"attempts": n, "repeats": n}``."""
+    from storage import repeats as repeat_rows
+
+    db = open_db(path)
+    with db.atomic():
+        rows = db.execute(
+            "SELECT id, problem_id, dsl, impl_median_ms FROM attempts "
+            "WHERE experiment_id=? AND outcome='preview' ORDER BY id",
+            [EXPERIMENT],
+        ).fetchall()
+        for (aid, *_), bad in zip(rows, BAD_RUNTIMES, strict=False):
+            db.execute("UPDATE attempts SET impl_median_ms=? WHERE id=?", [bad, aid])
+        for aid, problem, dsl, impl in rows[len(BAD_RUNTIMES):]:
+            for k, value in enumerate((impl, impl * 1.01, *BAD_RUNTIMES), start=1):
+                repeat_rows.record_repeat(
+                    db, repeat_rows.final_series(aid, 1), k,
+                    {"verdict": "preview", "impl_median_ms": value, "eager_median_ms": 1.0},
+                    kind="final", problem_id=problem, dsl=dsl, source=f"# {aid}",
+                    host="seed-host", experiment_id=EXPERIMENT, attempt_id=aid)
+    db.conn.close()
+    kept = max(0, len(rows) - len(BAD_RUNTIMES))
+    return {"attempts": min(len(rows), len(BAD_RUNTIMES)), "repeats": kept * len(BAD_RUNTIMES)}
