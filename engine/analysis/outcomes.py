@@ -64,6 +64,7 @@ class ScoredAttempt:
     span_ms: float | None = None
     ref_span_ms: float | None = None
     span_repeats_ms: tuple[float, ...] = ()
+    interventions: tuple[str, ...] = ()  # an operator's stop, retry, extend (storage/controls)
 
     @property
     def pct_of_sol(self) -> float | None:
@@ -87,6 +88,7 @@ class OutcomeSet:
     gpu: str | None = None  # the grading GPU, e.g. "NVIDIA B200 (Blackwell, sm_100a)"
     series: list[Series] | None = None  # stored A/A series (None: from the rows' repeats)
     time: str = "e2e"  # the runtime figure the rows carry (engine.analysis.noise.TIME_SOURCES)
+    excluded: list[dict[str, Any]] = field(default_factory=list)  # left out by an operator
 
 
 def _number(value: Any, where: str, key: str, *, allow_none: bool = True) -> float | None:
@@ -200,7 +202,7 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
     the span series, ``engine/analysis/spans.py``)."""
     from engine.analysis.noise import check_time_source
     from engine.analysis.noise_store import attach_repeats
-    from storage import queries
+    from storage import controls, queries
 
     check_time_source(time)
 
@@ -215,8 +217,15 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
     rows: list[ScoredAttempt] = []
     attempt_ids: list[int] = []
     finals = queries.final_feedback(db, experiment_id)
+    excluded, left_out = controls.exclusions_by_attempt(db, experiment_id), []
+    intervened = controls.intervened_attempts(db, experiment_id)
     for a in queries.attempts_for_experiment(db, experiment_id):
         if a.variant or a.round > 1 or a.state not in ("finished", "failed"):
+            continue
+        if a.id in excluded:  # an operator left it out (mkb attempt exclude), with a reason
+            left_out.append({"attempt_id": a.id, "model": a.model, "problem": a.problem_id,
+                             "dsl": a.dsl, "arm": a.arm, "replicate": a.replicate,
+                             "reason": excluded[a.id]})
             continue
         final = finals.get(a.id, {})
         flags = final.get("flags") or []
@@ -242,6 +251,7 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
             preview=a.outcome == "preview",
             flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
             sol_ms=float(sol) if isinstance(sol, (int, float)) and sol > 0 else None,
+            interventions=tuple(intervened.get(a.id, ())),
         ))
     rows, series = attach_repeats(db, experiment_id, rows, attempt_ids)
     if time == "span":
@@ -256,6 +266,7 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
         experiment_id=exp.id,
         experiment_name=exp.name,
         gpu=_gpu_label(exp.gpu),
+        excluded=left_out,
     )
 
 

@@ -76,6 +76,7 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     flags = report["exclusion"]["fail_flags"]
     if flags:
         lines.append("Exclusion: attempts flagged " + ", ".join(flags) + " scored as failing")
+    lines += operator_lines(report)
     lines += time_lines(report.get("time"))
     cov = report["coverage"]
     lines.append(
@@ -84,6 +85,24 @@ def header_lines(report: dict[str, Any]) -> list[str]:
         f"{share(cov['source_coverage'])}, source pass share "
         f"{share(cov['source_pass_share'])}"
     )
+    return lines
+
+
+def operator_lines(report: dict[str, Any]) -> list[str]:
+    """Attempts operators excluded (how many, why) and the comparisons they intervened on."""
+    exclusion, lines = report["exclusion"], []
+    if exclusion.get("excluded"):
+        why = "; ".join(f"{n} × {reason}" for reason, n in exclusion["excluded_reasons"].items())
+        lines.append(f"Excluded by operators: {exclusion['excluded']} attempts ({why})")
+    marked = [c for c in report.get("comparisons", []) if c.get("intervened")]
+    if marked:
+        names = ", ".join(
+            f"{c['model']}/{c['problem']} {c['direction']} r{c['replicate']} {c['verdict']} "
+            f"[{'+'.join(c['intervened'])}]" for c in marked[:8])
+        more = f" and {len(marked) - 8} more" if len(marked) > 8 else ""
+        lines.append(f"Intervened comparisons ({len(marked)}): {names}{more}")
+    if exclusion.get("without_intervened"):
+        lines.append("Attempts operators stopped, retried or extended are left out")
     return lines
 
 
