@@ -121,16 +121,20 @@ def submit(
     attempt_id: int | None = None,
     reason: str = "",
     args: dict[str, Any] | None = None,
+    refuse: str = "",
 ) -> Command:
     """Write one command (run it in a write transaction); returns its row.
 
     Raises :class:`ControlError` for a command that cannot be written. A data action is
-    applied here; an engine action without a live engine is written ``refused``.
+    applied here; an engine action without a live engine is written ``refused``; with
+    ``refuse`` (why this actor may not act) it is written ``refused`` so, the refusal logged.
     """
     args = dict(args or {})
     _check(db, experiment_id, action, attempt_id, reason, args)
     state, outcome, applied = "pending", "", None
-    if action in DATA_ACTIONS:
+    if refuse:
+        state, outcome, applied = "refused", refuse, now()
+    elif action in DATA_ACTIONS:
         state, outcome, applied = "applied", _data_outcome(db, action, attempt_id), now()
     elif not engine_alive(db, experiment_id):
         state, outcome, applied = "refused", NO_ENGINE, now()
