@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
-import getpass
 import json
 import os
 import time
@@ -31,6 +30,7 @@ from textual.reactive import reactive
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
+from app.control import ControlClient, user
 from engine.config import ExperimentConfig, parse_config
 from engine.events import Area, Event, EventBus, area_of
 from screens.attempt_detail import AttemptDetailScreen
@@ -135,10 +135,12 @@ class MkbApp(App[int]):
         poll_interval: float = 0.5,
         redraw_interval: float = 0.25,
         theme: str | None = None,
+        browser: bool = False,
     ) -> None:
         super().__init__()
         self.db_path = resolve_path(db_path)
         self.read_only = attach
+        self.controls = ControlClient.for_app(self.db_path, browser=browser)  # app/control.py
         self._clock = clock or (lambda: datetime.now(UTC))
         self.poll_interval = poll_interval
         self.redraw_interval = redraw_interval
@@ -169,7 +171,7 @@ class MkbApp(App[int]):
         if theme:
             self.theme = theme
         if attach:
-            self.sub_title = f"{self.db_path.name} (attached, read-only)"
+            self.sub_title = f"{self.db_path.name} ({self.controls.mode})"
         else:
             self.sub_title = self.db_path.name
 
@@ -206,7 +208,7 @@ class MkbApp(App[int]):
         self._require_writable()
         await self.store.write(
             writes.add_label, task=task, subject_type=subject_type, subject_id=subject_id,
-            category=category, value=value, evidence=evidence, annotator=_user(),
+            category=category, value=value, evidence=evidence, annotator=user(),
             annotator_kind="human", rubric_hash=rubric_hash,
         )
         self.collector.add("label_added", None)
@@ -214,7 +216,7 @@ class MkbApp(App[int]):
     async def save_edited_skill(self, text: str, parent_skill_id: int | None) -> int:
         self._require_writable()
         skill_id: int = await self.store.write(
-            writes.add_skill, text, kind="edited", author=_user(), parent_skill_id=parent_skill_id
+            writes.add_skill, text, kind="edited", author=user(), parent_skill_id=parent_skill_id
         )
         self.collector.add("skill_updated", None)
         return skill_id
@@ -231,6 +233,11 @@ class MkbApp(App[int]):
         config = edited_transfer_config(experiment, comparison, skill_text)
         self.start_experiment(config)
         return config.id
+
+    def act(self, action: str, attempt_id: int | None = None, **given: Any) -> None:
+        """An operator's action: a command the run's engine applies (``app/control.py``)."""
+        work = self.controls.act(self.experiment_id, action, self.notify, attempt_id, **given)
+        self.run_worker(work, exit_on_error=False, group="control")
 
     # -- engine ----------------------------------------------------------------------------
     def start_experiment(self, config: ExperimentConfig) -> None:
@@ -491,9 +498,3 @@ def _read_clean[R](db: Any, fn: Callable[..., R], *args: Any, **kwargs: Any) -> 
     """``fn(db, ...)`` with its strings cleaned, on the reading thread (not the UI loop)."""
     return clean(fn(db, *args, **kwargs))
 
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name in some containers
-        return "human"

@@ -38,6 +38,10 @@ paired_max = 10                   # with "adaptive": the most pairs before the t
 rerun_failed = true               # rerun attempts that ended in an infrastructure failure
 max_tries = 3
 
+[control]                         # what `mkb attempt extend` may add to one attempt, in all
+max_extra_minutes = 40            # default: the experiment's budget_minutes
+max_extra_submissions = 10        # default: the experiment's max_submissions
+
 [[transfers]]                     # optional edges beyond the paper's four arms
 kind = "cross_model"              # source model's solo skill → target model's treatment
 source_model = "a"
@@ -136,6 +140,8 @@ class ExperimentConfig:
     concurrency: Concurrency = Concurrency()
     rerun_failed: bool = True
     max_tries: int = 3
+    max_extra_minutes: float = 40.0  # [control]: what extends may add to one attempt, in all
+    max_extra_submissions: int = 10
     transfers: tuple[TransferEdge, ...] = ()
     source_text: str = ""
     path: str = ""
@@ -179,6 +185,7 @@ def _positive_int(value: Any, where: str) -> int:
 
 _TOP_KEYS = {
     "experiment", "models", "concurrency", "retry", "transfers", "sandbox", "grading", "agent",
+    "control",
 }
 _EXPERIMENT_KEYS = {
     "name", "id", "problems", "families", "dsls", "replicates", "budget_minutes",
@@ -198,6 +205,7 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
     runtime = _parse_runtime(exp, data, path)
     concurrency = _parse_concurrency(data.get("concurrency", {}), path)
     rerun_failed, max_tries = _parse_retry(data.get("retry", {}), path)
+    control = _parse_control(data.get("control", {}), scope, path)
     names = [m.name for m in models]
     transfers = tuple(
         _parse_transfer(t, f"{path} [[transfers]] #{i + 1}", names, Path(path).parent)
@@ -212,6 +220,7 @@ def parse_config(text: str, path: str = "<config>", *, check_problems: bool = Tr
         concurrency=concurrency,
         rerun_failed=rerun_failed,
         max_tries=max_tries,
+        **control,
         transfers=transfers,
         source_text=text,
         path=path,
@@ -392,6 +401,21 @@ def _parse_retry(retry: Any, path: str) -> tuple[bool, int]:
     _expect(isinstance(rerun_failed, bool), f"{path} [retry].rerun_failed", "must be true/false")
     max_tries = _positive_int(retry.get("max_tries", 3), f"{path} [retry].max_tries")
     return rerun_failed, max_tries
+
+
+def _parse_control(table: Any, scope: dict[str, Any], path: str) -> dict[str, Any]:
+    """The ``[control]`` table: the most ``mkb attempt extend`` may add to one attempt."""
+    _expect(isinstance(table, dict), f"{path} [control]", "must be a table")
+    unknown = set(table) - {"max_extra_minutes", "max_extra_submissions"}
+    _expect(not unknown, f"{path} [control]", f"unknown keys {sorted(unknown)}")
+    minutes = table.get("max_extra_minutes", scope["budget_minutes"])
+    _expect(isinstance(minutes, (int, float)) and not isinstance(minutes, bool)
+            and minutes >= 0, f"{path} [control].max_extra_minutes", "must be a number ≥ 0")
+    submissions = table.get("max_extra_submissions", scope["max_submissions"])
+    _expect(isinstance(submissions, int) and not isinstance(submissions, bool)
+            and submissions >= 0, f"{path} [control].max_extra_submissions",
+            "must be a whole number ≥ 0")
+    return {"max_extra_minutes": float(minutes), "max_extra_submissions": submissions}
 
 
 def _parse_transfer(raw: Any, where: str, models: list[str], base: Path) -> TransferEdge:

@@ -120,6 +120,8 @@ def needs_run(
     rerun_stale: bool,
 ) -> bool:
     """Whether a planned attempt runs in this run (a stale one is noted in ``todo``)."""
+    if row.stop_reason is not None:  # an operator stopped it: only a retry runs it again
+        return False
     if row.state == "planned":
         return True
     if row.state in ("interrupted", "failed"):

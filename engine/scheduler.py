@@ -9,12 +9,11 @@ the next start. Each try of an attempt is one :class:`~engine.attempts.spec.Atte
 handed to the runner, which returns one :class:`~engine.attempts.spec.AttemptOutcome`; every
 event goes through one :class:`~engine.events.Publisher`.
 
-One engine runs an experiment at a time: :meth:`Engine.run` takes the experiment's run lock
+One engine runs an experiment at a time: :meth:`Engine.run` takes its run lock
 (``storage/run_locks.py``) in the transaction that starts the run, refreshes it while running
-and drops it when it stops. A second engine on the same experiment (another ``mkb run``, the
-TUI's launch form) gets :class:`~storage.run_locks.ExperimentBusyError` before it plans or
-touches anything; a lock left by a killed engine is detected dead and taken over, so resuming
-after ``kill -9`` works as before.
+and drops it when it stops; a second engine gets :class:`~storage.run_locks.ExperimentBusyError`
+before it touches anything; a killed engine's lock is taken over, so a run resumes after
+``kill -9``. Operators' commands reach the engine holding the lock (``engine/control.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +29,7 @@ from engine import comparisons
 from engine.attempt_records import attach_skill, outcome_of, store_outcome
 from engine.attempts.spec import AttemptOutcome, AttemptSpec, spec_for_node
 from engine.config import ExperimentConfig
+from engine.control import Control
 from engine.convergence import (
     STOPPED_WHILE_RUNNING,
     RunLockClaim,
@@ -149,6 +148,7 @@ class Engine:
         self.owner = self.claim.owner
         self.heartbeat_s = run_locks.HEARTBEAT_S
         self.lock_lost = False  # another engine took the lock: write nothing more
+        self.control = Control(self)  # operators' commands (engine/control.py)
 
     @property
     def taken_over(self) -> run_locks.RunLock | None:
@@ -195,16 +195,15 @@ class Engine:
             run_locks.unregister_owner(self.owner)
             raise
         if (lock := self.taken_over) is not None:  # a killed engine's lock: whose run resumes
-            self.publisher.notify(
-                RunLockTakenOver(
-                    self.config.id, pid=lock.pid, host=lock.host, since=lock.started_at
-                )
-            )
+            holder: dict[str, Any] = {"pid": lock.pid, "host": lock.host, "since": lock.started_at}
+            self.publisher.notify(RunLockTakenOver(self.config.id, **holder))
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"run-lock-{self.config.id}")
+        commands = await self.control.start()  # operators' commands: those left, then polled
         try:
             return await self._run()
         finally:
             heartbeat.cancel()
+            await asyncio.shield(self.control.end(commands))
             if not self.lock_lost:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(
@@ -291,6 +290,7 @@ class Engine:
     async def _schedule(self, todo: set[str], slots: Slots, counts: dict[str, int]) -> None:
         """Start what may start, wait for one to end, repeat until nothing is left."""
         stop_requested = asyncio.ensure_future(self._stop_requested.wait())
+        woken = self.control.waiter(todo)  # an operator's retry queues an attempt in todo
         try:
             while todo or slots.running:
                 if self._stopping:
@@ -302,13 +302,15 @@ class Engine:
                         raise RuntimeError(f"unschedulable attempts: {sorted(todo)[:5]}")
                     break
                 done, _ = await asyncio.wait(
-                    {*slots.running, stop_requested}, return_when=asyncio.FIRST_COMPLETED
+                    {*slots.running, stop_requested, woken}, return_when=asyncio.FIRST_COMPLETED
                 )
+                woken = self.control.waiter(todo) if woken in done else woken
                 for task in [t for t in slots.running if t in done]:  # not the stop request
                     slots.done(task)
                     counts["skipped" if task.result() == "skipped" else "ran"] += 1
         finally:
             stop_requested.cancel()
+            woken.cancel()
 
     def _start_ready(self, todo: set[str], slots: Slots) -> None:
         candidates = [
@@ -380,7 +382,7 @@ class Engine:
 
     async def _run_node(self, node: PlanNode) -> str:
         attempt_id = self.ids[node.key]
-        spec = await self._spec(node, attempt_id)
+        spec = await self.control.limits(await self._spec(node, attempt_id))
         if (reason := spec.skip_reason()) is not None:
             await self.publisher.publish(
                 AttemptSkipped(self.config.id, attempt_id, reason=reason),
@@ -407,7 +409,10 @@ class Engine:
             error=None,
             unsafe_no_jail=int(self.config.unsafe_no_jail),
         )
-        outcome = await self._call_runner(spec)
+        outcome = await self.control.supervise(spec, self._call_runner(spec))
+        if outcome is None:  # an operator stopped it (recorded by the control)
+            await self._comparisons_for(node)
+            return "stopped"
         await self._record_outcome(node, spec, outcome)
         return outcome.state
 
@@ -497,6 +502,3 @@ class Engine:
         for spec in self.plan.comparisons_touching(node.key):
             await comparisons.update(self.publisher, self.config.id, spec, self.ids)
         await self.paired.add_resolved()  # a comparison resolved: its paired job, if any
-
-
-RunnerFactory = Callable[[], Awaitable[AttemptRunner]]

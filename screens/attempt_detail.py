@@ -23,6 +23,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, RichLog, Select, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
+from screens.attempt_actions import action_bindings, ask_action
 from screens.base import Changes, LiveScreen, host
 from screens.diffs import DiffPanel, submission_text
 from screens.live_reply import ReplyTail
@@ -36,11 +37,12 @@ from screens.plots import (
 )
 from screens.render import (
     attempt_title,
+    interventions_text,
     outcome_text,
     step_renderable,
     submission_renderable,
 )
-from storage import queries
+from storage import controls, queries
 
 MAX_LOG_LINES = 20_000
 
@@ -103,6 +105,7 @@ class AttemptDetailScreen(LiveScreen):
                 id="detail.diff_earlier"),
         Binding("right_square_bracket", "step_pair(1)", "Diff the later pair", show=False,
                 id="detail.diff_later"),
+        *action_bindings("detail"),  # stop, retry, extend, note, exclude, include
     ]
 
     def __init__(self, attempt_id: int) -> None:
@@ -180,7 +183,9 @@ class AttemptDetailScreen(LiveScreen):
         skill_view = (Text(skill.text) if skill and skill.text.strip()
                       else Text("no skill collected (blank or missing)", style="dim"))
         self.query_one("#skill-text", Static).update(skill_view)
-        self.query_one("#outcome-text", Static).update(outcome_text(row))
+        commands = await host(self).read(controls.for_attempt, self.attempt_id)
+        self.query_one("#outcome-text", Static).update(
+            Text.assemble(outcome_text(row), interventions_text(commands)))
         if subs != self.subs:
             self.subs = subs
             self.show_plots(subs)
@@ -200,6 +205,9 @@ class AttemptDetailScreen(LiveScreen):
         reply = host(self).live_reply(self.attempt_id) if self.attempt_id in attempt_ids else None
         if reply is not None:
             self.query_one(ReplyTail).show(reply)
+
+    def action_act(self, action: str) -> None:
+        ask_action(self, action, self.attempt_id)
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

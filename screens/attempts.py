@@ -23,6 +23,7 @@ from textual.widgets.data_table import RowKey
 from textual.worker import Worker
 
 from screens.app_bar import AppBar
+from screens.attempt_actions import action_bindings, ask_action
 from screens.base import Changes, LiveScreen, host
 from screens.cached_table import CellCachedTable
 from screens.filters import parse_filter
@@ -133,6 +134,7 @@ class AttemptsScreen(LiveScreen):
         Binding("r", "reverse_sort", "Reverse", id="attempts.reverse"),
         Binding("right_square_bracket", "page(1)", "Next page", id="attempts.next_page"),
         Binding("left_square_bracket", "page(-1)", "Prev page", id="attempts.prev_page"),
+        *action_bindings("attempts"),  # on the selected attempt (screens/attempt_actions.py)
     ]
 
     def __init__(self) -> None:
@@ -358,6 +360,11 @@ class AttemptsScreen(LiveScreen):
         self.descending = self.sort in DESCENDING_FIRST
         self.page_offset = 0
         self.load()
+
+    def action_act(self, action: str) -> None:
+        """Stop, retry, extend, note, exclude or include the attempt under the cursor."""
+        row = self.table.cursor_row
+        ask_action(self, action, self.rows[row].id if 0 <= row < len(self.rows) else None)
 
     def action_reverse_sort(self) -> None:
         self.descending = not self.descending

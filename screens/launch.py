@@ -123,7 +123,8 @@ class LaunchScreen(PagedScreen):
         self.watch(self.app, "engine_state", self.show_engine_state)
         if host(self).read_only:
             self.query_one("#plan-preview", Static).update(
-                Text("attached read-only: launching is disabled in this view", style="yellow"))
+                Text("attached: launching is disabled in this view; pause, resume and stop "
+                     "(ctrl+t, ctrl+x) go to the run's engine", style="yellow"))
 
     def action_leave_field(self) -> None:
         """Unfocus the form so the mode keys (1–4) work again."""
@@ -236,11 +237,18 @@ class LaunchScreen(PagedScreen):
     @on(Button.Pressed, "#pause")
     def action_pause(self) -> None:
         app: Any = self.app
-        if app.engine_state == "paused":
+        if app.engine_state == "idle":  # the run's engine is another process's: a command
+            self._remote_paused = not getattr(self, "_remote_paused", False)
+            app.act("pause" if self._remote_paused else "resume")
+        elif app.engine_state == "paused":
             app.resume_engine()
         else:
             app.pause_engine()
 
     @on(Button.Pressed, "#stop")
     def action_stop(self) -> None:
-        self.app.stop_engine()  # type: ignore[attr-defined]
+        app: Any = self.app
+        if app.engine_state == "idle":  # another process's engine: ask it to stop the run
+            app.act("stop_run")
+        else:
+            app.stop_engine()

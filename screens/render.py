@@ -41,6 +41,7 @@ STATE_STYLES = {
     "interrupted": "magenta",
     "skipped": "dim",
     "planned": "dim",
+    "stopped": "bold magenta",  # an operator stopped it (attempts.stop_reason)
 }
 # ungraded: the grader failed (infra.*, an invalid timing), not the agent: its own colour
 UNGRADED_STYLE = "dark_orange"
@@ -121,7 +122,7 @@ def attempt_cells(row: AttemptRow, now: datetime, compact: bool = False) -> tupl
         Text(row.problem_id),
         Text(row.dsl),
         Text(arm_label(row, compact)),
-        state_text(row.state, row.outcome, compact),
+        state_text("stopped" if row.stop_reason else row.state, row.outcome, compact),
         Text(elapsed_text(row, now, compact), justify="right"),
         Text(str(row.submissions_used), justify="right"),
         Text(speedup_text(row.speedup), justify="right"),
@@ -276,7 +277,27 @@ def outcome_text(row: AttemptRow) -> Text:
         text.append(Text(f"\nreason: {row.reason}", style=style))
     if row.error:
         text.append(Text(f"\nerror: {row.error}", style="red"))
+    if row.stop_reason:
+        text.append(Text(f"\nstopped by an operator: {row.stop_reason}", style="magenta"))
     return text
+
+
+def interventions_text(commands: list[Any]) -> Text:
+    """An attempt's notes and operators' actions, oldest first (``storage/controls.py``)."""
+    text = Text("\n\nNotes and interventions", style="bold")
+    if not commands:
+        text.append("\nnone", style="dim")
+    for c in commands:
+        what = c.args.get("text") if c.action == "note" else c.reason
+        text.append(f"\n{c.created_at[:19]} · {c.actor} · {c.action}", style="bold")
+        text.append(f" {what}" if what else "")
+        text.append(f" · {c.state}", style=COMMAND_STYLES.get(c.state, ""))
+        text.append(f" ({c.outcome})" if c.outcome and c.action != "note" else "", style="dim")
+    return text
+
+
+COMMAND_STYLES = {"applied": "green", "refused": "yellow", "failed": "red",
+                  "pending": "cyan", "applying": "cyan"}
 
 
 def attempt_title(row: AttemptRow) -> Text:

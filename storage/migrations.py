@@ -419,3 +419,49 @@ def m009_add_ungraded_outcome(db: Database) -> None:
             "WHERE ? IN (baseline_attempt_id, treatment_attempt_id)",
             [attempt_id],
         )
+
+
+CONTROL_ACTIONS = (
+    "stop",
+    "retry",
+    "extend",
+    "note",
+    "exclude",
+    "include",
+    "pause",
+    "resume",
+    "stop_run",
+)
+CONTROL_STATES = ("pending", "applying", "applied", "refused", "failed")
+
+
+@migrations()
+def m010_create_control_commands(db: Database) -> None:
+    """Supervision through the store (``storage/controls.py``): one row per operator action
+    on an attempt or an experiment, written by whoever acts (``mkb attempt``, a TUI, the
+    browser view) and applied by the engine holding the run lock. ``state`` moves
+    ``pending`` → ``applying`` (claimed by ``claimed_by``, an engine's run-lock token) →
+    ``applied`` | ``refused`` | ``failed``; an applied row is the intervention's record (who,
+    when, what, why, outcome). An operator's stop is ``attempts.stop_reason`` beside the
+    state (the state column's CHECK stays as it is: no table rebuild)."""
+    db.executescript(
+        f"""
+        CREATE TABLE control_commands (
+            id INTEGER PRIMARY KEY,
+            experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+            attempt_id INTEGER REFERENCES attempts(id) ON DELETE CASCADE,
+            action TEXT NOT NULL {_enum("action", CONTROL_ACTIONS)},
+            args_json TEXT NOT NULL DEFAULT '{{}}',
+            reason TEXT NOT NULL DEFAULT '',
+            actor TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending' {_enum("state", CONTROL_STATES)},
+            claimed_by TEXT,
+            outcome TEXT NOT NULL DEFAULT '',
+            created_at TEXT NOT NULL,
+            applied_at TEXT
+        );
+        CREATE INDEX control_commands_state ON control_commands(experiment_id, state);
+        CREATE INDEX control_commands_attempt ON control_commands(attempt_id, id);
+        ALTER TABLE attempts ADD COLUMN stop_reason TEXT;
+        """
+    )

@@ -70,6 +70,7 @@ class AttemptRow:
     created_at: str
     updated_at: str
     unsafe_no_jail: int = 0  # 1: the sandbox ran without the agent jail
+    stop_reason: str | None = None  # an operator stopped it (storage/controls.py), and why
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ _ATTEMPT_UPDATABLE = {
     "task_hash",
     "skill_hash",
     "attached_skill_id",
+    "stop_reason",
     "source_attempt_id",
     "variant",
     "final_source",

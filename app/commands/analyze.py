@@ -21,6 +21,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--figures", metavar="DIR", help="write PNG figures into DIR")
     parser.add_argument("--fail-flag", action="append", default=[], metavar="FLAG",
                         help="score attempts carrying FLAG as failing (exclusion sensitivity)")
+    parser.add_argument("--without-intervened", action="store_true",
+                        help="leave out attempts an operator stopped, retried or extended")
     parser.add_argument("--draws", type=int, default=20_000,
                         help="sign-flip permutation draws (default 20000)")
     parser.add_argument("--seed", type=int, default=0)
@@ -112,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         return run_compare(args)
     outcomes, rubric = load_inputs(args)
     report = analyze(outcomes, AnalysisOptions(permutation_draws=args.draws, seed=args.seed,
-                                               fail_flags=tuple(args.fail_flag)))
+                                               fail_flags=tuple(args.fail_flag),
+                                               without_intervened=args.without_intervened))
     report["rubric"] = rubric
     report["pairing"] = load_pairing(args, outcomes.experiment_id)
     report = clean(report)  # stored names and flags, safe in a terminal and in exports

@@ -19,19 +19,26 @@ def register(subparsers: Any) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--attach", action="store_true",
-        help="read-only view of a database another process writes (tails its events)")
+        help="watch a database another process writes (tails its events); actions on "
+             "attempts and the run go to that process's engine as commands")
     mode.add_argument("--create", action="store_true",
                       help="create the database if it does not exist (else that is an error)")
     parser.add_argument("--theme", help="a Textual theme name, e.g. textual-light")
     parser.add_argument(
         "--serve", type=int, metavar="PORT",
-        help="serve the read-only attach view in a browser on 127.0.0.1:PORT (textual-serve)")
+        help="serve the attach view in a browser on 127.0.0.1:PORT (textual-serve); "
+             "read-only unless --control")
+    parser.add_argument(
+        "--control", action="store_true",
+        help="with --serve: let browser tabs act (stop, retry, …) after giving the token "
+             "printed at start; without it every action there is refused and logged")
+    parser.add_argument("--browser", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
 def open_tui(
     db: str | None = None, *, attach: bool = False, theme: str | None = None,
-    create: bool = False,
+    create: bool = False, browser: bool = False,
 ) -> int:
     from app.errors import UsageError
     from storage.db import StorageError, resolve_path
@@ -43,7 +50,7 @@ def open_tui(
     try:
         from app.tui import MkbApp
 
-        app = MkbApp(db, attach=attach, theme=theme)
+        app = MkbApp(db, attach=attach, theme=theme, browser=browser)
     except StorageError as exc:
         raise UsageError(str(exc)) from exc
     if attach:
@@ -61,11 +68,16 @@ def run(args: argparse.Namespace) -> int:
         from storage.db import StorageError
 
         try:
-            serve(args.db, port=args.serve)
+            serve(args.db, port=args.serve, control=args.control)
         except (RuntimeError, StorageError) as exc:
             raise UsageError(str(exc)) from exc
         return 0
-    return open_tui(args.db, attach=args.attach, theme=args.theme, create=args.create)
+    if args.control:
+        from app.errors import UsageError
+
+        raise UsageError("--control goes with --serve PORT (the browser view)")
+    return open_tui(args.db, attach=args.attach or args.browser, theme=args.theme,
+                    create=args.create, browser=args.browser)
 
 
 def default_command() -> int:

@@ -52,6 +52,7 @@ class OutcomeSet:
     ungraded: dict[str, int] = field(default_factory=dict)
     # passing repeated gradings left out of medians and bands, by reason (``timing.invalid``)
     excluded_repeats: dict[str, int] = field(default_factory=dict)
+    excluded: list[dict[str, Any]] = field(default_factory=list)  # left out by an operator
 
 
 def _number(value: Any, where: str, key: str, *, allow_none: bool = True) -> float | None:
@@ -165,7 +166,7 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
     the span series, ``engine/analysis/spans.py``)."""
     from engine.analysis.noise import check_time_source
     from engine.analysis.noise_store import attach_repeats
-    from storage import queries
+    from storage import controls, queries
 
     check_time_source(time)
 
@@ -182,8 +183,15 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
     ungraded: dict[str, int] = {}
     finals = queries.final_feedback(db, experiment_id)
     unverdicted = queries.unverdicted_finals(db, experiment_id)
+    excluded, left_out = controls.exclusions_by_attempt(db, experiment_id), []
+    intervened = controls.intervened_attempts(db, experiment_id)
     for a in queries.attempts_for_experiment(db, experiment_id):
         if a.variant or a.round > 1 or a.state not in ("finished", "failed"):
+            continue
+        if a.id in excluded:  # an operator left it out (mkb attempt exclude), with a reason
+            left_out.append({"attempt_id": a.id, "model": a.model, "problem": a.problem_id,
+                             "dsl": a.dsl, "arm": a.arm, "replicate": a.replicate,
+                             "reason": excluded[a.id]})
             continue
         if (why := no_result(a, unverdicted)) is not None:
             ungraded[why] = ungraded.get(why, 0) + 1
@@ -212,6 +220,7 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
             preview=a.outcome == "preview",
             flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
             sol_ms=float(sol) if isinstance(sol, (int, float)) and sol > 0 else None,
+            interventions=tuple(intervened.get(a.id, ())),
         ))
     rows, series, dropped = attach_repeats(db, experiment_id, rows, attempt_ids)
     if time == "span":
@@ -228,6 +237,7 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
         gpu=_gpu_label(exp.gpu),
         ungraded=ungraded,
         excluded_repeats=dropped,
+        excluded=left_out,
     )
 
 

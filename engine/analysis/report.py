@@ -21,6 +21,7 @@ class AnalysisOptions:
     bootstrap_draws: int = 2_000
     seed: int = 0
     fail_flags: tuple[str, ...] = ()
+    without_intervened: bool = False  # leave out attempts an operator stopped/retried/extended
 
 
 def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dict[str, Any]:
@@ -28,6 +29,9 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
     on the outcome set's time source (``outcomes.time``: end to end, or the GPU span, where
     passing attempts without spans are left out and counted under ``time``)."""
     opts = options or AnalysisOptions()
+    if opts.without_intervened:
+        kept = [r for r in outcomes.rows if not r.interventions]
+        outcomes = dataclasses.replace(outcomes, rows=kept)
     scored = metrics.apply_exclusion(outcomes.rows, opts.fail_flags)
     rows, left_out = spans.on_time(scored, outcomes.time)
     comps = metrics.comparisons(rows)
@@ -54,7 +58,11 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
         "preview": outcomes.preview,
         "label": PREVIEW_LABEL if outcomes.preview else "scored",
         "time": spans.time_summary(outcomes.time, resolved, len(comps), left_out),
-        "exclusion": {"fail_flags": list(opts.fail_flags), "flags_seen": flag_counts},
+        "exclusion": {
+            "fail_flags": list(opts.fail_flags),
+            "flags_seen": flag_counts,
+            **operator_exclusions(outcomes, opts),
+        },
         "no_result": no_result_summary(outcomes),
         "arms": metrics.arm_metrics(rows),
         "solo": solo,
@@ -86,6 +94,7 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
                 "verdict": c.verdict,
                 "skipped": c.skipped,
                 "standing": c.standing,
+                "intervened": intervened(c),
                 **noise_lift.comparison_fields(calls[id(c)]),
             }
             for c in comps
@@ -108,6 +117,26 @@ def no_result_summary(outcomes: OutcomeSet) -> dict[str, Any]:
         "repeats_excluded": sum(outcomes.excluded_repeats.values()),
         "repeats_by_reason": dict(sorted(outcomes.excluded_repeats.items())),
     }
+
+
+def operator_exclusions(outcomes: OutcomeSet, opts: AnalysisOptions) -> dict[str, Any]:
+    """What operators left out: excluded attempts (with reasons, counted per reason) and
+    whether attempts they intervened on were left out too."""
+    reasons: dict[str, int] = {}
+    for row in outcomes.excluded:
+        reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
+    return {
+        "excluded": len(outcomes.excluded),
+        "excluded_reasons": reasons,
+        "excluded_attempts": outcomes.excluded,
+        "without_intervened": opts.without_intervened,
+    }
+
+
+def intervened(c: metrics.Comparison) -> list[str]:
+    """The operators' actions on a comparison's attempts (stop, retry, extend), if any."""
+    arms = (c.source, c.baseline, c.treatment)
+    return sorted({a for arm in arms if arm is not None for a in arm.interventions})
 
 
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:

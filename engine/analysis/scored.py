@@ -37,6 +37,7 @@ class ScoredAttempt:
     span_ms: float | None = None
     ref_span_ms: float | None = None
     span_repeats_ms: tuple[float, ...] = ()
+    interventions: tuple[str, ...] = ()  # an operator's stop, retry, extend (storage/controls)
 
     @property
     def pct_of_sol(self) -> float | None:

@@ -38,6 +38,7 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     flags = report["exclusion"]["fail_flags"]
     if flags:
         lines.append("Exclusion: attempts flagged " + ", ".join(flags) + " scored as failing")
+    lines += operator_lines(report)
     lines += time_lines(report.get("time"))
     lines += no_result_lines(report.get("no_result"))
     cov = report["coverage"]
@@ -69,6 +70,24 @@ def no_result_lines(summary: dict[str, Any] | None) -> list[str]:
             f"Repeated gradings left out (no valid runtime): {summary['repeats_excluded']}, "
             f"by reason: {reasons(summary['repeats_by_reason'])}"
         )
+    return lines
+
+
+def operator_lines(report: dict[str, Any]) -> list[str]:
+    """Attempts operators excluded (how many, why) and the comparisons they intervened on."""
+    exclusion, lines = report["exclusion"], []
+    if exclusion.get("excluded"):
+        why = "; ".join(f"{n} × {reason}" for reason, n in exclusion["excluded_reasons"].items())
+        lines.append(f"Excluded by operators: {exclusion['excluded']} attempts ({why})")
+    marked = [c for c in report.get("comparisons", []) if c.get("intervened")]
+    if marked:
+        names = ", ".join(
+            f"{c['model']}/{c['problem']} {c['direction']} r{c['replicate']} {c['verdict']} "
+            f"[{'+'.join(c['intervened'])}]" for c in marked[:8])
+        more = f" and {len(marked) - 8} more" if len(marked) > 8 else ""
+        lines.append(f"Intervened comparisons ({len(marked)}): {names}{more}")
+    if exclusion.get("without_intervened"):
+        lines.append("Attempts operators stopped, retried or extended are left out")
     return lines
 
 

@@ -58,6 +58,7 @@ class Mailbox:
         grading_device: str = "auto",
         retry: RetryPolicy | None = None,
         poll_interval_s: float = 0.5,
+        limits: Any = None,
     ) -> None:
         self.env = env
         self.attempt_id = attempt_id
@@ -66,7 +67,8 @@ class Mailbox:
         self.backend = backend
         self.observer = observer
         self.emit = emit
-        self.max_submissions = max_submissions
+        self._max_submissions = max_submissions
+        self._limits = limits  # the attempt's spec: an operator's extend raises its limit
         self.grading_device = grading_device
         self.retry = retry or RetryPolicy()  # graders' infrastructure errors are tried again
         self.poll_interval_s = poll_interval_s
@@ -75,6 +77,11 @@ class Mailbox:
         self.skill_stamp = ""
         self.skill_text: str | None = None
         self._scratch = Path(tempfile.mkdtemp(prefix="mkb-mailbox-"))
+
+    @property
+    def max_submissions(self) -> int:
+        """The attempt's submission limit, read live (``mkb attempt extend``)."""
+        return int(getattr(self._limits, "max_submissions", self._max_submissions))
 
     def close(self) -> None:
         """Remove the local scratch folder."""

@@ -225,6 +225,7 @@ class _TryRun:
             observer=self.observer,
             emit=self.emit,
             max_submissions=spec.max_submissions,
+            limits=spec,
             grading_device=spec.grading_device,
             retry=spec.retry,
             poll_interval_s=spec.poll_interval_s,

@@ -46,6 +46,7 @@ class Bundle:
     implementations: list[Implementation]
     comparisons: list[dict[str, Any]]
     analysis: dict[str, Any] = field(default_factory=dict)
+    interventions: list[dict[str, Any]] = field(default_factory=list)  # operators' commands
 
     @property
     def experiment_id(self) -> str:
@@ -113,6 +114,11 @@ def load_bundle(path: str | Path) -> Bundle:
             implementations=_implementations(members),
             comparisons=_member_json(members, "results/comparisons.json"),
             analysis=_member_json(members, "results/analysis.json"),
+            interventions=(  # absent from bundles written before supervision
+                _member_json(members, "results/interventions.json")
+                if "results/interventions.json" in members
+                else []
+            ),
         )
     except BundleError as exc:
         raise BundleError(path, exc.problems) from None

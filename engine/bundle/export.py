@@ -14,6 +14,7 @@ Members (every one listed in the manifest with its sha256 and size)::
     results/attempts.json        the attempts (arms, outcomes, speedups, usage)
     results/comparisons.json     the stored comparisons
     results/analysis.json        ``mkb analyze --json`` of the experiment at export
+    results/interventions.json   operators' commands: notes, exclusions, stops, retries, extends
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bundle import archive, hosts, secrets
-from storage import queries
+from storage import controls, queries
 
 NEVER_INCLUDED = (
     ".env and every environment variable",
@@ -213,6 +214,9 @@ def collect(
             [asdict(c) for c in queries.comparisons(db, experiment_id)]
         ),
         "results/analysis.json": _json(_analysis(db, experiment_id)),
+        "results/interventions.json": _json(
+            [asdict(c) for c in controls.for_experiment(db, experiment_id)]
+        ),
     }
     manifest = {
         "format": archive.FORMAT,

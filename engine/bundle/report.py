@@ -91,7 +91,24 @@ def build_report(
             regrade_device=str(host.get("device")),
         ),
         "tables": side_by_side(bundle.analysis, regraded),
+        "interventions": [_intervention_line(c) for c in bundle.interventions],
     }
+
+
+def intervention_lines(report: dict[str, Any]) -> list[str]:
+    """The bundle's notes, exclusions and interventions, for the text report."""
+    found = report.get("interventions") or []
+    if not found:
+        return []
+    return [f"Operators' interventions in the bundle ({len(found)}):", *(f"  {x}" for x in found)]
+
+
+def _intervention_line(c: dict[str, Any]) -> str:
+    """``exclude attempt 12 by alice (reason): applied (outcome)`` for the report."""
+    what = f"attempt {c.get('attempt_id')}" if c.get("attempt_id") else "the run"
+    why = f" ({c['reason']})" if c.get("reason") else ""
+    out = f" ({c['outcome']})" if c.get("outcome") else ""
+    return f"{c.get('action')} {what} by {c.get('actor')}{why}: {c.get('state')}{out}"
 
 
 def _verdict_lines(report: dict[str, Any]) -> list[str]:
@@ -137,6 +154,7 @@ def render_report(report: dict[str, Any]) -> str:
     for c in report["changed_problems"]:
         what = "graded anyway (--allow-changed)" if c["graded_anyway"] else "not re-graded"
         lines.append(f"Problem {c['problem']}: source differs from the bundle's: {what}")
+    lines += intervention_lines(report)
     lines += [
         "",
         *_verdict_lines(report),

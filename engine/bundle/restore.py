@@ -16,7 +16,7 @@ from engine.imports.records import (
 from engine.plan import ComparisonSpec
 from storage import writes
 
-_COPIED = ("task_hash", "skill_hash", "tries", "unsafe_no_jail")
+_COPIED = ("task_hash", "skill_hash", "tries", "unsafe_no_jail", "stop_reason")
 _RESULTS = (
     "state",
     "outcome",
@@ -136,6 +136,7 @@ def restore(
             rec.impl_median_ms = rec.eager_median_ms = None
         ids[aid] = write_attempt(db, experiment_id, rec)
     _link(db, bundle, ids)
+    _interventions(db, bundle, experiment_id, ids)
     write_comparisons(db, experiment_id, comparison_specs(bundle))
     if regrade:
         writes.set_experiment_state(db, experiment_id, "running")
@@ -165,6 +166,34 @@ def _link(db: Any, bundle: Bundle, ids: dict[int, int]) -> None:
             )
         writes.update_attempt(
             db, ids[int(row["id"])], source_attempt_id=ids[int(source)], attached_skill_id=skill_id
+        )
+
+
+def _interventions(db: Any, bundle: Bundle, experiment_id: str, ids: dict[int, int]) -> None:
+    """The bundle's notes, exclusions and interventions, on the new attempts; a command the
+    exporting store had not answered yet is recorded refused (no engine here applies it)."""
+    for c in bundle.interventions:
+        attempt = c.get("attempt_id")
+        if attempt is not None and int(attempt) not in ids:
+            continue
+        state = c.get("state") or "refused"
+        ended = state not in ("pending", "applying")
+        db.execute(
+            "INSERT INTO control_commands (experiment_id, attempt_id, action, args_json, "
+            "reason, actor, state, outcome, created_at, applied_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                experiment_id,
+                ids[int(attempt)] if attempt is not None else None,
+                c.get("action"),
+                c.get("args_json") or "{}",
+                c.get("reason") or "",
+                c.get("actor") or "bundle",
+                state if ended else "refused",
+                c.get("outcome") if ended else "not applied before the bundle was exported",
+                c.get("created_at"),
+                c.get("applied_at"),
+            ],
         )
 
 

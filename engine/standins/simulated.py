@@ -173,8 +173,10 @@ class SimulatedRunner:
         node = spec.node
         assert node is not None, "the simulated agent runs planned attempts"
         base = f"{node.model}|{node.problem_id}|{node.replicate}|{node.arm}|{node.variant}"
-        used = min(self.submissions, spec.max_submissions)
-        for n in range(1, used + 1):
+        used = 0
+        while used < min(self.submissions, spec.max_submissions):  # an extend raises the limit
+            used += 1
+            n = used
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             await spec.retry.grade(

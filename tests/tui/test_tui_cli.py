@@ -44,9 +44,11 @@ def test_serve_without_textual_serve_says_how_to_get_it(
     assert "pip install textual-serve" in capsys.readouterr().err
 
 
-def test_served_command_is_the_read_only_view(seeded_db: Path) -> None:
+def test_served_command_is_the_browser_attach_view(seeded_db: Path) -> None:
     command = served_command(str(seeded_db))
-    assert "tui --attach --db" in command and str(seeded_db) in command
+    assert "tui --browser --db" in command and str(seeded_db) in command
+    assert "MKB_CONTROL_TOKEN_SHA256" not in command  # read-only: no token for the tabs
+    assert "MKB_CONTROL_TOKEN_SHA256=ab12 " in served_command(str(seeded_db), "ab12")
 
 
 def test_a_missing_database_is_an_error_unless_created(

@@ -1,0 +1,97 @@
+"""Actions on an attempt from the TUI: the dialog, the command row it writes, the answer, the
+detail's record of it, and the browser view's token."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from conftest import plain, wait_until
+from textual.widgets import Input, Static
+
+from app.control import BAD_TOKEN, BROWSER_READ_ONLY, TOKEN_ENV
+from screens.attempt_actions import ActionDialog
+from screens.attempt_detail import AttemptDetailScreen
+from screens.attempts import AttemptsScreen
+from storage import controls
+from storage.db import open_db
+
+
+def _commands(db_path: Path) -> list[controls.Command]:
+    db = open_db(db_path, readonly=True)
+    try:
+        return controls.for_experiment(db, "tui-test")
+    finally:
+        db.conn.close()
+
+
+async def _act(pilot, app, key: str, reason: str = "", token: str | None = None) -> None:
+    await pilot.press(key)
+    await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+    app.screen.query_one("#action-reason", Input).value = reason
+    if token is not None:
+        app.screen.query_one("#action-token", Input).value = token
+    app.screen.query_one("#action-reason", Input).focus()
+    await pilot.press("enter")
+
+
+async def test_attached_tui_excludes_and_is_told_no_engine_holds_the_run(
+    make_app, seeded_db: Path
+) -> None:
+    app = make_app(attach=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, AttemptsScreen)
+        await wait_until(pilot, lambda: screen.total == 17)
+        first = screen.rows[0].id
+        await _act(pilot, app, "minus")  # no reason: the dialog stays open
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, ActionDialog) and _commands(seeded_db) == []
+        app.screen.query_one("#action-reason", Input).value = "found a hole"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(_commands(seeded_db)) == 1)
+        exclude = _commands(seeded_db)[0]
+        assert (exclude.action, exclude.attempt_id, exclude.state) == ("exclude", first,
+                                                                       "applied")
+        await _act(pilot, app, "X", "loops")
+        await wait_until(pilot, lambda: len(_commands(seeded_db)) == 2)
+        stop = _commands(seeded_db)[1]
+        assert (stop.action, stop.state, stop.outcome) == ("stop", "refused",
+                                                           controls.NO_ENGINE)
+        app.open_attempt(first)
+        await wait_until(pilot, lambda: isinstance(app.screen, AttemptDetailScreen))
+        await pilot.press("o")
+        await wait_until(pilot, lambda: app.screen.query("#outcome-text"))
+        outcome = app.screen.query_one("#outcome-text", Static)
+        await wait_until(pilot, lambda: "found a hole" in plain(outcome))
+        shown = plain(outcome)
+        assert "exclude found a hole · applied" in shown and "stop loops · refused" in shown
+
+
+@pytest.mark.parametrize("with_token", [False, True])
+async def test_browser_view_acts_only_with_its_token(
+    make_app, seeded_db: Path, monkeypatch: pytest.MonkeyPatch, with_token: bool
+) -> None:
+    if with_token:
+        monkeypatch.setenv(TOKEN_ENV, hashlib.sha256(b"s3cret").hexdigest())
+    else:
+        monkeypatch.delenv(TOKEN_ENV, raising=False)
+    app = make_app(attach=True, browser=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 17)
+        token = "wrong" if with_token else None
+        await _act(pilot, app, "minus", "hole", token)
+        await wait_until(pilot, lambda: len(_commands(seeded_db)) == 1)
+        refused = _commands(seeded_db)[0]
+        assert refused.state == "refused" and refused.actor.startswith("browser session")
+        assert refused.outcome == (BAD_TOKEN if with_token else BROWSER_READ_ONLY)
+        if not with_token:
+            return
+        await _act(pilot, app, "minus", "hole", "s3cret")
+        await wait_until(pilot, lambda: len(_commands(seeded_db)) == 2)
+        assert _commands(seeded_db)[1].state == "applied"
+        await pilot.press("N")  # unlocked: no token asked again in this tab
+        await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+        assert not app.screen.query("#action-token")
