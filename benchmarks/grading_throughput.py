@@ -5,10 +5,12 @@
 
 The mix: ``experiments/solutions.toml``'s 28 gradings (its 7 problems × 2 DSLs × solo and
 transfer final), then ``--repeat`` back-to-back gradings of one small file. On a GPU the files
-are ``problems/solutions/{problem}_{dsl}.py`` and the repeated file is ``p28_tirx.py`` (the
-TIRx compile that every grading paid again). On a CPU no DSL kernel runs, so the plain-PyTorch
-honest p28 fixtures (``tests/grading/fixtures/honest/``) stand in, cycled over the 28, and the
-repeated file is ``p28_plain.py``: a CPU preview, never comparable with a GPU figure.
+are ``problems/solutions/{problem}_{dsl}.py`` and the repeated files ``p28_cute.py`` then
+``p28_tirx.py``, half the count each (what each DSL's compile costs a first and a later
+grading of one source; ``clock.compile_cache`` says whether an earlier one's was reused).
+On a CPU no DSL kernel runs, so the plain-PyTorch honest p28 fixtures
+(``tests/grading/fixtures/honest/``) stand in, cycled over the 28, and the repeated file is
+``p28_plain.py``: a CPU preview, never comparable with a GPU figure.
 
 ``--slots`` clients keep one grading each in the backend's queue (as the engine's sandboxes do)
 and each verdict is written into a real store (``storage``) before the job counts as done.
@@ -69,8 +71,13 @@ def solutions_mix(device: str) -> list[tuple[str, str, Path]]:
 
 
 def repeat_mix(device: str, count: int) -> list[tuple[str, str, Path]]:
-    path = SOLUTIONS / "p28_tirx.py" if device == "cuda" else HONEST / "p28_plain.py"
-    return [("p28", "tirx" if device == "cuda" else "cute", path)] * count
+    """``count`` gradings of one small file; on a GPU half p28 CuTe then half p28 TIRx (the
+    compile each DSL pays on its first and its later gradings)."""
+    if device != "cuda":
+        return [("p28", "cute", HONEST / "p28_plain.py")] * count
+    half = count // 2
+    cute = [("p28", "cute", SOLUTIONS / "p28_cute.py")] * half
+    return cute + [("p28", "tirx", SOLUTIONS / "p28_tirx.py")] * (count - half)
 
 
 def find_key(data: Any, key: str) -> Any:
@@ -227,6 +234,7 @@ async def grade_one(
         "timings_s": timings,
         "compile_s": sum(float(timings.get(p, 0.0)) for p in COMPILE_PHASES),
         "judge_peak_gib": find_key(feedback.to_dict(), "judge_peak_gib"),
+        "compile_cache": (feedback.clock or {}).get("compile_cache"),
         "host": feedback.host,
     }
 
@@ -243,8 +251,16 @@ def summarize(
     # the first grading of each slot meets the runners the backend's start set going, not yet
     # ready: the rest is the steady state (both are reported)
     settled = [float(r["timings_s"].get("runner_wait", 0.0)) for r in rows[extra["clients"] :]]
-    repeat = [r for r in rows if r["phase"] == "repeat"]
-    later = [r["compile_s"] for r in repeat[1:]]
+    compile_by_file: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(r["file"] for r in rows if r["phase"] == "repeat"):
+        mine = [r for r in rows if r["phase"] == "repeat" and r["file"] == name]
+        later = [r["compile_s"] for r in mine[1:]]
+        compile_by_file[name] = {
+            "first_s": round(mine[0]["compile_s"], 3),
+            "later_median_s": round(statistics.median(later), 3) if later else None,
+            "later_range_s": [round(min(later), 3), round(max(later), 3)] if later else None,
+            "cache": [(r.get("compile_cache") or "-") for r in mine],
+        }
     verdicts: dict[str, int] = {}
     for r in rows:
         verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
@@ -261,9 +277,8 @@ def summarize(
         "runner_wait_max_s": max(waits) if waits else None,
         "runner_wait_after_first_p50_s": percentile(settled, 0.5),
         "runner_wait_after_first_p95_s": percentile(settled, 0.95),
-        "compile_first_s": round(repeat[0]["compile_s"], 3) if repeat else None,
-        "compile_later_median_s": round(statistics.median(later), 3) if later else None,
-        "compile_later_range_s": [round(min(later), 3), round(max(later), 3)] if later else None,
+        # the import and correctness phases, where a DSL compiles, per repeated file
+        "compile": compile_by_file,
         "cpu": cpu,
         "gpu": gpu,
     }

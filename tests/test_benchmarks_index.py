@@ -59,12 +59,16 @@ def test_the_throughput_mix_is_solutions_toml_on_a_gpu_and_honest_stand_ins_on_a
     assert {path.parent.name for _, _, path in cpu} == {"honest"}
     assert all(path.name.startswith(problem + "_") for problem, _, path in cpu)
     assert len(throughput.repeat_mix("cpu", 20)) == 20
+    repeated = throughput.repeat_mix("cuda", 20)
+    assert [d for _, d, _ in repeated] == ["cute"] * 10 + ["tirx"] * 10
+    assert all(path.is_file() for _, _, path in repeated)
 
 
 def test_the_summary_reads_percentiles_waits_and_compile_first_against_later() -> None:
     def row(phase: str, wait: float, compile_s: float, wall: float) -> dict[str, object]:
         return {
             "phase": phase,
+            "file": "f.py",
             "verdict": "preview",
             "wall_s": wall,
             "compile_s": compile_s,
@@ -77,5 +81,6 @@ def test_the_summary_reads_percentiles_waits_and_compile_first_against_later() -
     assert summary["gradings_per_minute"] == 12.0
     assert summary["runner_wait_p95_s"] == 8.0 and summary["runner_wait_max_s"] == 9.0
     assert summary["runner_wait_after_first_p95_s"] == 0.1  # the two first gradings set aside
-    assert (summary["compile_first_s"], summary["compile_later_median_s"]) == (5.0, 0.5)
+    compiled = summary["compile"]["f.py"]
+    assert (compiled["first_s"], compiled["later_median_s"]) == (5.0, 0.5)
     assert summary["wall_p50_s"] == 1.0
