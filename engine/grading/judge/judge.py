@@ -378,6 +378,9 @@ def keep_compiled(runner: RunnerProcess, root: Path, key: str) -> None:
 
     if not runner.scratch:
         return
+    folder = Path(runner.scratch) / "work" / compile_cache.RUNNER_DIR
+    if folder.is_symlink() or not folder.is_dir() or not any(folder.iterdir()):
+        return  # nothing compiled to keep: no reason to wait for the runner's end
     tree = process_tree(runner.pid)
     runner.kill()
     for pid in tree:
@@ -388,7 +391,6 @@ def keep_compiled(runner: RunnerProcess, root: Path, key: str) -> None:
         if _monotonic() > deadline:
             return  # something of the runner still runs: keep nothing
         time.sleep(0.01)
-    folder = Path(runner.scratch) / "work" / compile_cache.RUNNER_DIR
     with contextlib.suppress(Exception):
         compile_cache.harvest(root, key, folder)
 
