@@ -86,6 +86,9 @@ def test_a_harvest_takes_no_link_fifo_or_second_name(tmp_path: Path) -> None:
     unpacked = tmp_path / "unpacked"
     unpack(fd, str(unpacked))
     assert sorted(p.name for p in unpacked.rglob("*")) == ["kernel.bin"]
+    # the folder itself a link (to a host folder the judge can read): nothing is kept
+    (tmp_path / "linked").symlink_to(outside, target_is_directory=True)
+    assert not cc.harvest(root, "l" * 64, tmp_path / "linked")
 
 
 def test_nothing_is_kept_when_off_or_empty(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
