@@ -6,12 +6,11 @@
 #                   (PART=1/2 then PART=2/2 in two device calls: the set takes ~10 min now)
 #   STAGE=scoring   every solution once, p36 tirx four more times, the red-team cases of scoring
 #                   (EXTRA: more solution files to grade after them, e.g. variants)
-#   STAGE=profile   the solutions outside the grader (host/device/e2e), p52's kernels one by
-#                   one, a plain copy's bandwidth, the full-scale catalog (CHECK=0 skips it)
+#   STAGE=profile   the solutions outside the grader (host/device/e2e), the full-scale catalog
+#                   (CHECK=0 skips it)
 #   STAGE=check     the full-scale catalog alone, JOBS children at a time (default 4)
-#   STAGE=smallcalls where a small call's host time goes (call_cadence_gpu.py), then p36 TIRx
-#                   five times, p28 CuTe and p25 TIRx through one warm grader without and with
-#                   the runners' warm-up spin (WARMUP_MS, default 2) after staging
+#   STAGE=smallcalls p36 TIRx five times, p28 CuTe and p25 TIRx through one warm grader
+#                   without and with the runners' warm-up spin (WARMUP_MS, default 2) after staging
 #   STAGE=diag      which CPUs slow each other (cpu_pairs.py), then three warm graders in
 #                   turn, each grading p36 TIRx five times, p36 CuTe, p28 CuTe and p25 TIRx
 #                   with the per-call trace (call_trace_summary.py prints it)
@@ -97,10 +96,6 @@ for line in sys.stdin:
     timeout "${PROFILE_S:-220}" python3 benchmarks/solutions_profile.py "$WORK/profile.jsonl" \
       --device cuda --calls 15 > "$WORK/profile.log" 2>&1
     echo "profile rc=$?" >> "$WORK/profile.log"
-    # p52's kernels one by one (the GEMM's share of the FP8 peak) and a plain copy's bandwidth
-    # (the ceiling the memory-bound p28/p36 kernels are held to)
-    timeout 120 python3 benchmarks/kernel_split_gpu.py "$WORK/kernel_split.jsonl" >> "$WORK/profile.log" 2>&1
-    timeout 90 python3 benchmarks/copy_bandwidth_gpu.py "$WORK/copy_bandwidth.json" >> "$WORK/profile.log" 2>&1
     if [ "${CHECK:-1}" = 1 ]; then
       timeout "${CHECK_S:-340}" python3 -m problems.check --device cuda --scale full \
         --jobs "${JOBS:-4}" > "$WORK/check_full.txt" 2>&1
@@ -116,7 +111,7 @@ for line in open(sys.argv[1]):
         print(r["file"], "ERROR", r["error"][:200]); continue
     e, s = r["eager"], r["solution"]
     print(r["file"], "host %s/%s dev %s/%s e2e %s/%s sol %s speedup %s pct %s" % (s["host_us"], e["host_us"], s["device_us"], e["device_us"], s["e2e_us"], e["e2e_us"], r["sol_us"], r["speedup"], r["pct_sol"]))
-' "$WORK/profile.jsonl"; grep -h '"case"' "$WORK/profile.log"; cut -c1-300 "$WORK/kernel_split.jsonl"; tail -2 "$WORK/profile.log"; grep -v PASS "$WORK/check_full.txt" | tail -8; } > "$OUT/summary.txt" 2>&1
+' "$WORK/profile.jsonl"; grep -h '"case"' "$WORK/profile.log"; tail -2 "$WORK/profile.log"; grep -v PASS "$WORK/check_full.txt" | tail -8; } > "$OUT/summary.txt" 2>&1
     ;;
   check)
     timeout "${CHECK_S:-400}" python3 -m problems.check --device cuda --scale full \
@@ -125,8 +120,6 @@ for line in open(sys.argv[1]):
     { grep -v PASS "$WORK/check_full.txt" | cut -c1-300 | tail -12; } > "$OUT/summary.txt" 2>&1
     ;;
   smallcalls)
-    timeout "${CADENCE_S:-200}" python3 benchmarks/call_cadence_gpu.py "$WORK/cadence.jsonl" \
-      > "$WORK/cadence.log" 2>&1
     S=problems/solutions
     for W in 0 "${WARMUP_MS:-2}"; do
       timeout "${STEPS_S:-150}" python3 benchmarks/grading_steps_gpu.py "$WORK/steps_w$W.jsonl" \
@@ -134,7 +127,7 @@ for line in open(sys.argv[1]):
         $S/p36_tirx.py $S/p36_tirx.py $S/p36_tirx.py $S/p28_cute.py $S/p25_tirx.py \
         > "$WORK/steps_w$W.log" 2>&1
     done
-    { cut -c1-400 "$WORK/cadence.jsonl"; for f in "$WORK"/steps_w*.jsonl; do echo "$f";
+    { for f in "$WORK"/steps_w*.jsonl; do echo "$f";
       python3 -c '
 import json, sys
 for line in open(sys.argv[1]):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,9 @@ import pytest
 # torch's default, one spinning OpenMP thread per core, makes two xdist workers on two cores
 # fight: the catalog's smoke checks of three problems took 17 s of CPU with 2 threads, 8 s with 1.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# compiled DSL modules kept per source (engine/grading/judge/compile_cache.py): a folder of this
+# test process's own, never the user's ~/.cache
+os.environ.setdefault("MKB_COMPILE_CACHE", tempfile.mkdtemp(prefix="mkb-test-compile-"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -26,6 +26,7 @@ import contextlib
 import os
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.grading.judge import placement
@@ -65,6 +66,9 @@ class Judge:
         self.options = options
         self.spare = spare
         self.prepared = prepared
+        self.passed = False
+        # where this grading's compiled modules are kept if it passes (compile_cache.py)
+        self.keep_compiled: tuple[Path, str] | None = None
         self.figures = CallFigures(
             CallBreakdown(evaluation.result), tracing=bool(evaluation.job.get("call_trace"))
         )
@@ -93,6 +97,7 @@ class Judge:
             import torch
 
             self.result["judge_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        self.passed = True
         return Passed(self.evaluation.cuda)
 
     def run_eager(self) -> dict[int, Expected]:
@@ -244,10 +249,15 @@ class Judge:
             "dsl_checks": bool(job.get("dsl_checks")),
             "memory_limit_mb": None if evaluation.cuda else job.get("memory_limit_mb"),
         }
+        fds = [source_fd]
+        compiled = self.compiled_entry()
+        if compiled is not None:
+            fds.append(compiled)
         try:
-            reply, _ = runner.request(message, evaluation.deadline, [source_fd])
+            reply, _ = runner.request(message, evaluation.deadline, fds)
         finally:
-            os.close(source_fd)
+            for fd in fds:
+                os.close(fd)
         if reply.get("op") != "loaded":
             raise Rejected(
                 "runner.protocol",
@@ -265,6 +275,24 @@ class Judge:
         self.result["import_ok"] = True
         if isinstance(reply.get("threads"), int):
             self.figures.base_threads = reply["threads"]
+
+    def compiled_entry(self) -> int | None:
+        """This source's compiled modules from an earlier grading (a private copy), if any;
+        else the key under which this grading's are kept should it pass. Jailed runners only:
+        an unjailed one could write the cache itself."""
+        from engine.grading.judge import compile_cache
+
+        root = compile_cache.cache_root()
+        if root is None or not self.options.jail:
+            return None
+        job = self.evaluation.job
+        device = str(self.result.get("device", ""))
+        key = compile_cache.entry_key(job["source"], job["dsl"], device, compile_cache.toolchain())
+        fd = compile_cache.deliver(root, key)
+        self.result["compile_cache"] = "loaded" if fd is not None else "missed"
+        if fd is None:
+            self.keep_compiled = (root, key)
+        return fd
 
     # -- one call ---------------------------------------------------------------------------
     def call(self, seed: int, timed: bool = False, warm: bool = False) -> tuple[Any, list[Any]]:
@@ -331,6 +359,8 @@ class Judge:
         if evaluation.transport is not None:
             with contextlib.suppress(Exception):  # a broken CUDA context must not hide the verdict
                 evaluation.transport.close()
+        if evaluation.runner is not None and self.passed and self.keep_compiled is not None:
+            keep_compiled(evaluation.runner, *self.keep_compiled)
         for proc in (evaluation.runner, self.spare):
             if proc is not None:
                 tail = proc.log_tail()
@@ -338,6 +368,40 @@ class Judge:
                     sys.stderr.write("--- the runner's output (untrusted) ---\n" + tail + "\n")
                     sys.stderr.flush()
                 proc.close()
+
+
+def keep_compiled(runner: RunnerProcess, root: Path, key: str) -> None:
+    """Kill the runner's whole tree, wait until it is gone, then keep what its DSL caches
+    wrote (a failure here costs the reuse, never the verdict)."""
+    from engine.grading.judge import compile_cache
+    from engine.grading.judge.runner_proc import process_tree
+
+    if not runner.scratch:
+        return
+    folder = Path(runner.scratch) / "work" / compile_cache.RUNNER_DIR
+    if folder.is_symlink() or not folder.is_dir() or not any(folder.iterdir()):
+        return  # nothing compiled to keep: no reason to wait for the runner's end
+    tree = process_tree(runner.pid)
+    runner.kill()
+    for pid in tree:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+    deadline = _monotonic() + 2.0
+    while any(_running(pid) for pid in tree):
+        if _monotonic() > deadline:
+            return  # something of the runner still runs: keep nothing
+        time.sleep(0.01)
+    with contextlib.suppress(Exception):
+        compile_cache.harvest(root, key, folder)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie has stopped running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def check_target(device_name: str, source: str) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 from engine.grading.judge import placement
 from engine.grading.processes import SECRET_MARKERS, read_tail
 from engine.grading.runner.channel import SPIN_S, spin_until_readable
+from engine.grading.runner.compiled import COMPILE_DIR
 
 RUNNER_DIR = Path(__file__).resolve().parents[1] / "runner"
 # exactly the files of the runner's zone: copied into the jail, nothing else of ours goes there
@@ -171,6 +172,10 @@ class RunnerProcess:
         for path in options.paths:
             args += ["--path", path]
         env = runner_env(options)
+        # CuTe's file cache in this evaluation's own workdir (judge/compile_cache.py), never a
+        # folder another evaluation's runner shares (unjailed, /tmp would be the host's)
+        base = JAIL_WORKDIR if options.jail else str(workdir)
+        env["CUTE_DSL_CACHE_DIR"] = os.path.join(base, COMPILE_DIR, "cute")
         keep = [runner_end.fileno(), switch_fd]
         if options.jail:
             from engine.sandbox import jail

@@ -156,6 +156,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                     ("call_trace", data.get("call_trace")),  # diagnostics, when asked for
                     ("warm_calls", data.get("warm_calls")),  # how many ran per side
                     ("cpu_placement", data.get("cpu_placement")),  # judge/placement.py
+                    ("compile_cache", data.get("compile_cache")),  # judge/compile_cache.py
                 )
                 if v
             },

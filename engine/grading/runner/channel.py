@@ -13,7 +13,8 @@ from typing import Any
 MAX_MESSAGE = 1 << 20
 # On a GPU, after each message both ends poll (busy) this long for the next one before they
 # block: a process that sleeps in the kernel wakes with a cold core, and a call after a 2 ms
-# sleep spent ~55 µs more host time on the H200 (benchmarks/call_cadence_gpu.py, "blocked").
+# sleep spent ~55 µs more host time on the H200 (docs/gpu-runs/2026-12-03-p52-fp8-gemm/,
+# call_cadence.jsonl, "blocked").
 SPIN_S = 0.01
 
 
