@@ -16,11 +16,11 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from engine.grading.judge import placement
 from engine.grading.judge.judge import Judge
+from engine.grading.judge.prepared import Prepared, prepare
 from engine.grading.judge.runner_proc import (
     RunnerDied,
     RunnerMemory,
@@ -64,27 +64,6 @@ def runner_options(job: dict[str, Any]) -> RunnerOptions:
         jail=not job.get("unsafe_no_jail", False),
         memory_limit_mb=job.get("memory_limit_mb") or job.get("rss_limit_mb"),
     )
-
-
-@dataclass
-class Prepared:
-    """What a judge started ahead of its job takes off the job's clock: the CUDA context
-    and a reference runner (forked first, CUDA ready, not yet given a problem)."""
-
-    device: str
-    reference: RunnerProcess
-
-
-def prepare(device: str) -> Prepared:
-    """Fork the reference runner (before this process touches CUDA), then warm CUDA here."""
-    import torch
-
-    reference = RunnerProcess.fork_reference(device, None)
-    if device == "cuda":
-        square = torch.ones(64, 64, dtype=torch.float64, device="cuda")
-        float((square @ square).sum())  # context and the BLAS handle the anchors use
-    reference.wait_ready()
-    return Prepared(device, reference)
 
 
 def trimmed_traceback(exc: BaseException) -> str:

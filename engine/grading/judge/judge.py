@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.grading.judge import placement
 from engine.grading.judge.breakdown import CallBreakdown
@@ -35,6 +35,7 @@ from engine.grading.judge.clock import JudgeClock
 from engine.grading.judge.eager import EagerPhase
 from engine.grading.judge.evidence import CallEvidence, _int
 from engine.grading.judge.output_checks import Expected, OutputChecks
+from engine.grading.judge.prepared import Prepared
 from engine.grading.judge.runner_proc import (
     RunnerDied,
     RunnerOptions,
@@ -43,9 +44,6 @@ from engine.grading.judge.runner_proc import (
 )
 from engine.grading.judge.state import MAX_ERROR_CHARS, CallFigures, Evaluation
 from engine.grading.verdict import InfrastructureError, Passed, Rejected
-
-if TYPE_CHECKING:
-    from engine.grading.judge.job import Prepared
 
 _monotonic = time.monotonic
 

@@ -252,7 +252,7 @@ def run_primed_child(
     """In a judge forked ahead: prepare, wait for the job, judge it, exit."""
 
     def body() -> None:
-        from engine.grading.judge.job import prepare
+        from engine.grading.judge.prepared import prepare
 
         _isolate(control, spare)
         prepared = prepare(device)
