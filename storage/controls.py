@@ -251,7 +251,9 @@ def for_experiment(db: Database, experiment_id: str, *, applied_only: bool = Fal
 
 def exclusions_by_attempt(db: Database, experiment_id: str) -> dict[int, str]:
     """Attempts left out of the analysis → the reason: the latest applied exclude/include
-    of each attempt decides."""
+    of each attempt decides (none in a store from before operators' commands)."""
+    if not db["control_commands"].exists():
+        return {}
     rows = db.execute(
         "SELECT attempt_id, action, reason FROM control_commands WHERE experiment_id = ? AND "
         "state = 'applied' AND action IN ('exclude', 'include') ORDER BY id",
@@ -265,6 +267,8 @@ def exclusions_by_attempt(db: Database, experiment_id: str) -> dict[int, str]:
 
 def intervened_attempts(db: Database, experiment_id: str) -> dict[int, list[str]]:
     """Attempts an operator acted on (stop, retry, extend, applied) → those actions."""
+    if not db["control_commands"].exists():
+        return {}
     rows = db.execute(
         "SELECT attempt_id, action FROM control_commands WHERE experiment_id = ? AND "
         "state = 'applied' AND action IN ('stop', 'retry', 'extend') ORDER BY id",

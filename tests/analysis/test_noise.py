@@ -297,7 +297,9 @@ def test_an_attempt_graded_on_two_hosts_names_both_and_needs_both_bands(db_path:
         repeats.record_repeat(
             db, key, k, feedback, **start, host=host, experiment_id="e", attempt_id=aid
         )
-    (row,), series = attach_repeats(db, "e", [_row("p01", "tirx", "solo", 1, True, 1.0)], [aid])
+    (row,), series, _ = attach_repeats(
+        db, "e", [_row("p01", "tirx", "solo", 1, True, 1.0)], [aid]
+    )
     assert row.host == "a + b" and len(row.repeats_ms) == 3
     assert sorted(s.host for s in series) == ["a", "b"]
     treat = _row("p01", "tirx", "skill", 1, True, 1.0, host="a")
