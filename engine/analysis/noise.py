@@ -226,7 +226,7 @@ def _rejected(logs: Sequence[float], scale: float | None) -> list[bool]:
     return [abs(x - middle) > OUTLIER_Z * scale for x in logs]
 
 
-def _band(problem: str, dsl: str, host: str, items: Sequence[Series]) -> Band:
+def band_of(problem: str, dsl: str, host: str, items: Sequence[Series]) -> Band:
     """One (problem, DSL, host) band: outliers rejected, then the pooled within-series SD."""
     groups = [logs for s in items if len(logs := _logs(s.values_ms)) >= 2]
     scale = robust_sigma(groups)
@@ -264,7 +264,7 @@ def pool(series: Iterable[Series]) -> dict[BandKey, Band]:
     groups: dict[BandKey, list[Series]] = defaultdict(list)
     for s in series:
         groups[(s.problem, s.dsl, s.host)].append(s)
-    return {key: _band(*key, items) for key, items in sorted(groups.items())}
+    return {key: band_of(*key, items) for key, items in sorted(groups.items())}
 
 
 def hosts_of(host: str) -> list[str]:

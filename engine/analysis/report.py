@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.analysis import metrics, noise_lift, spans, stats
+from engine.analysis import metrics, noise_lift, power, spans, stats
 from engine.analysis.outcomes import OutcomeSet
 
 PREVIEW_LABEL = "PREVIEW (CPU grading, not scored, not comparable)"
@@ -93,6 +93,7 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
             "time": outcomes.time,
             "bands": [b.as_dict() for b in bands.values()],
             "lift": noise_rows,
+            "power": power.noise_power_note(comps, bands),
         },
     }
 
