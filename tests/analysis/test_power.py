@@ -17,6 +17,7 @@ from engine.analysis.paired_test import PRIOR_DOF_CAP
 from engine.analysis.power import (
     PlannedCell,
     between_sd,
+    comparison_plan,
     comparisons_needed,
     noise_power_note,
     paired_power,
@@ -203,3 +204,26 @@ def test_the_noise_lift_says_when_t_beyond_noise_is_power_limited() -> None:
     tail = 1 - Z.cdf((limit - math.log(1.1)) / sd) + Z.cdf((-limit - math.log(1.1)) / sd)
     assert loud["detect"]["0.1"] == pytest.approx(tail)
     assert noise_power_note(comps, {}) is None  # no band in use: no note
+
+
+def test_the_launch_forms_line_carries_the_per_comparison_planner() -> None:
+    from engine.analysis.power_store import summary_line
+
+    bands = [
+        Band("p01", "h", 10, 30, 20, sigma=0.03, dsl="cute"),
+        Band("p02", "h", 10, 30, 20, sigma=0.25, dsl="tirx"),
+    ]
+    result = {
+        "pilot": "e",
+        "preview": False,
+        "repeats": 3,
+        "power": 0.8,
+        "lifts": [0.1],
+        "cells": [{"family": "all", "lifts": [{"power": 0.5}]}],
+        "per_comparison": comparison_plan(bands, 3),
+    }
+    line = summary_line(result)
+    quiet = paired_power(3, 0.03, 20, math.log(1.1))
+    noisy = paired_power(3, 0.25, 20, math.log(1.1))
+    assert f"calls a 1.1× help {noisy:.0%}–{quiet:.0%}" in line
+    assert f"k={pairs_needed(math.log(1.1), 0.25, 20)} on the noisiest band" in line
