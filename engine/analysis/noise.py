@@ -1,9 +1,10 @@
-"""Measurement noise of a runtime: A/A bands per problem and grading host (docs/analysis.md).
+"""Measurement noise of a runtime: A/A bands per problem, DSL and grading host
+(docs/analysis.md).
 
-Model: a grading's runtime is ``t = τ · exp(ε)`` with ``ε ~ N(0, σ²)`` per problem and grading
-host (log-normal noise; σ ≈ the coefficient of variation for small CVs). A *series* is several
-gradings of one unchanged file (``mkb noise``, or an attempt's repeated finals); within a series
-only ε varies, so the pooled within-series variance of ``log t`` estimates σ² with
+Model: a grading's runtime is ``t = τ · exp(ε)`` with ``ε ~ N(0, σ²)`` per problem, DSL and
+grading host (log-normal noise; σ ≈ the coefficient of variation for small CVs). A *series* is
+several gradings of one unchanged file (``mkb noise``, or an attempt's repeated finals); within a
+series only ε varies, so the pooled within-series variance of ``log t`` estimates σ² with
 ``dof = Σ (n_s − 1)`` degrees of freedom.
 
 Two figures come out of a :class:`Band`:
