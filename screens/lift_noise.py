@@ -109,5 +109,13 @@ def noise_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return list((report.get("noise") or {}).get("lift", []))
 
 
+def power_text(report: dict[str, Any]) -> str:
+    """Whether T>n is power-limited: the detection of 1.1× and 1.3× at the bands in use."""
+    from engine.analysis.noise_text import power_lines
+
+    lines = power_lines((report.get("noise") or {}).get("power"), "T>n")
+    return "\n".join(line.strip() for line in lines)
+
+
 def band_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return list((report.get("noise") or {}).get("bands", []))
