@@ -32,6 +32,7 @@ def noise_lift_lines(report: dict[str, Any]) -> list[str]:
             share(r["harm_beyond_noise"]),
             share(r["within_noise"]),
             r["unknown_noise"],
+            r.get("cross_host", 0),
             share(r["strict_help_within_noise"]),
             share(r["strict_harm_within_noise"]),
         )
@@ -40,7 +41,8 @@ def noise_lift_lines(report: dict[str, Any]) -> list[str]:
     heading = (
         f"Noise-aware lift ({noise.get('time', 'e2e')} runtimes; T/H strict as in the paper; "
         "T>n/H>n beyond the A/A noise limit, verdict changes always beyond; ~n within noise; "
-        "no band: both pass but no A/A band; T~n/H~n: share of strict T/H within noise)"
+        "no band: both pass but no A/A band; x-host: both pass on different hosts, never judged; "
+        "T~n/H~n: share of strict T/H within noise)"
     )
     return text_table(
         title(heading, report["preview"]),
@@ -55,6 +57,7 @@ def noise_lift_lines(report: dict[str, Any]) -> list[str]:
             "H>n",
             "~n",
             "no band",
+            "x-host",
             "T~n",
             "H~n",
         ),

@@ -85,6 +85,8 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
                 "verdict": c.verdict,
                 "skipped": c.skipped,
                 "standing": c.standing,
+                "host_base": c.baseline.host,
+                "host_treat": None if c.treatment is None else c.treatment.host,
                 **noise_lift.comparison_fields(calls[id(c)]),
             }
             for c in comps
