@@ -236,6 +236,43 @@ def comparison_plan(
     return out
 
 
+def limit_detection(sigma: float, dof: int, repeats: tuple[int, int], lift: float) -> float:
+    """The chance an unpaired comparison of a true ``lift`` lies beyond its band's limit
+    (``Band.limit``: arms the medians of R_b and R_t gradings, log ρ ~ N(δ, σ²(v_b + v_t)))."""
+    from engine.analysis.noise import tolerance_factor
+
+    sd = sigma * math.sqrt(median_variance(repeats[0]) + median_variance(repeats[1]))
+    if sd <= 0:
+        return 1.0
+    limit = tolerance_factor(dof) * sd
+    delta = math.log1p(lift)
+    normal = statistics.NormalDist(delta, sd)
+    return 1.0 - normal.cdf(limit) + normal.cdf(-limit)
+
+
+def noise_power_note(
+    comps: Sequence[metrics.Comparison], bands: Mapping[BandKey, Band]
+) -> dict[str, object] | None:
+    """Whether T>n is power-limited: the mean detection probability of a 1.1× and a 1.3×
+    help over the jointly passing comparisons with a band, at their bands and repeats."""
+    used: list[tuple[Band, tuple[int, int]]] = []
+    for c in comps:
+        if c.treatment is None or not (c.baseline.passed and c.treatment.passed):
+            continue
+        band = band_for(c, bands)
+        if band is not None and band.sigma is not None:
+            used.append((band, (repeats_of(c.baseline), repeats_of(c.treatment))))
+    if not used:
+        return None
+    detect = {
+        f"{lift:g}": statistics.fmean(
+            limit_detection(b.sigma or 0.0, b.dof, reps, lift) for b, reps in used
+        )
+        for lift in COMPARISON_LIFTS
+    }
+    return {"comparisons": len(used), "detect": detect, "power_limited": min(detect.values()) < 0.8}
+
+
 # -- the planned cells of a config, without importing the catalog ---------------------------------
 def catalog_index() -> dict[str, tuple[str, str]]:
     """Problem id → (slug, family) from the catalog's file names (no problem imported)."""

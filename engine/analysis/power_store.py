@@ -81,7 +81,23 @@ def summary_line(result: dict[str, Any] | None) -> str:
     label = ", PREVIEW" if result["preview"] else ""
     return (
         f"expected power (pilot {result['pilot']}{label}; R={result['repeats']}; lowest "
-        "model × direction): " + ", ".join(parts)
+        "model × direction): " + ", ".join(parts) + _per_comparison(result)
+    )
+
+
+def _per_comparison(result: dict[str, Any]) -> str:
+    """The per-comparison planner in a phrase: the range over the bands of the chance k pairs
+    call a 1.1× help, and the most pairs a band needs for it."""
+    rows = result.get("per_comparison") or []
+    if not rows:
+        return ""
+    chances = [r["detect_0.1"] for r in rows]
+    k = rows[0]["pairs"]
+    most = max(r["pairs_for_0.1"] for r in rows)
+    return (
+        f"; one comparison at k={k} pairs calls a 1.1× help {min(chances):.0%}–"
+        f"{max(chances):.0%} of the time (k={most} on the noisiest band for "
+        f"{result['power']:.0%})"
     )
 
 

@@ -11,13 +11,15 @@ import pytest
 from scipy import stats as scipy_stats
 
 from engine.analysis import metrics
-from engine.analysis.noise import Band, median_variance
+from engine.analysis.noise import Band, median_variance, tolerance_factor
 from engine.analysis.outcomes import ScoredAttempt
 from engine.analysis.paired_test import PRIOR_DOF_CAP
 from engine.analysis.power import (
     PlannedCell,
     between_sd,
+    comparison_plan,
     comparisons_needed,
+    noise_power_note,
     paired_power,
     pairs_needed,
     plan,
@@ -176,3 +178,52 @@ name = "sim/c"
 [grading]
 final_repeats = 3
 """
+
+
+def test_the_noise_lift_says_when_t_beyond_noise_is_power_limited() -> None:
+    """At CV 25 % a 1.1× help is rarely beyond the limit (T>n is a lower bound); at CV 1 %
+    with 3 repeats per arm both 1.1× and 1.3× are found; the figure is the normal tail beyond
+    the band's limit."""
+    rows = []
+    for rep in (1, 2, 3):
+        rows += [
+            _attempt("p01", "cute", "solo", rep, 1.0),
+            _attempt("p01", "tirx", "solo", rep, 1.0),
+            _attempt("p01", "tirx", "skill", rep, 1 / 1.1),
+        ]
+    comps = [c for c in metrics.comparisons(rows) if c.direction == "cute->tirx"]
+    noisy = Band("p01", "h", 10, 30, 20, sigma=0.25, dsl="tirx")
+    quiet = Band("p01", "h", 10, 30, 20, sigma=0.01, dsl="tirx")
+    loud = noise_power_note(comps, {noisy.key: noisy})
+    calm = noise_power_note(comps, {quiet.key: quiet})
+    assert loud is not None and calm is not None
+    assert loud["power_limited"] and not calm["power_limited"]
+    assert loud["detect"]["0.1"] < 0.2 and calm["detect"]["0.1"] > 0.95
+    sd = 0.25 * math.sqrt(2 * median_variance(3))
+    limit = tolerance_factor(20) * sd
+    tail = 1 - Z.cdf((limit - math.log(1.1)) / sd) + Z.cdf((-limit - math.log(1.1)) / sd)
+    assert loud["detect"]["0.1"] == pytest.approx(tail)
+    assert noise_power_note(comps, {}) is None  # no band in use: no note
+
+
+def test_the_launch_forms_line_carries_the_per_comparison_planner() -> None:
+    from engine.analysis.power_store import summary_line
+
+    bands = [
+        Band("p01", "h", 10, 30, 20, sigma=0.03, dsl="cute"),
+        Band("p02", "h", 10, 30, 20, sigma=0.25, dsl="tirx"),
+    ]
+    result = {
+        "pilot": "e",
+        "preview": False,
+        "repeats": 3,
+        "power": 0.8,
+        "lifts": [0.1],
+        "cells": [{"family": "all", "lifts": [{"power": 0.5}]}],
+        "per_comparison": comparison_plan(bands, 3),
+    }
+    line = summary_line(result)
+    quiet = paired_power(3, 0.03, 20, math.log(1.1))
+    noisy = paired_power(3, 0.25, 20, math.log(1.1))
+    assert f"calls a 1.1× help {noisy:.0%}–{quiet:.0%}" in line
+    assert f"k={pairs_needed(math.log(1.1), 0.25, 20)} on the noisiest band" in line
