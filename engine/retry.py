@@ -3,7 +3,8 @@
 What is retried, and where it is recorded:
 
 - a **grading** that ends in a transient infrastructure error (verdict ``"error"`` or a
-  backend exception; not ``infra.oom`` or ``usage``, which would end the same) is graded again by whoever asked for it, through :meth:`RetryPolicy.grade`;
+  backend exception; not ``infra.oom`` or ``usage``, which would end the same) is graded
+  again by whoever asked for it, through :meth:`RetryPolicy.grade`;
   each try is one ``grading_jobs`` row of the same submission (the recording backend never
   retries by itself) and each retry an ``attempt.grading_retry`` event;
 - an **execution try** that failed for a transient infrastructure reason (the sandbox or the

@@ -25,7 +25,6 @@ def attach_repeats(
     passing repeats left out of both for a runtime that is not a finite positive number
     (``timing.invalid``: stored before timings were checked where they enter)."""
     from engine.grading.admission import INVALID_TIMING, runtime_defect
-
     from storage import repeats
 
     field = check_time_source(time)
