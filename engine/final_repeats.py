@@ -128,7 +128,7 @@ def refresh_runtime(db: Any, attempt_id: int, series: str) -> None:
         return
 
     def median(values: list[float | None]) -> float | None:
-        known = [v for v in values if runtime_defect(v) is None]
+        known = [v for v in values if v is not None and runtime_defect(v) is None]
         return statistics.median(known) if known else None
 
     writes.update_attempt(

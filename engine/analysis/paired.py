@@ -44,9 +44,10 @@ def rho(baseline: ArmResult, treatment: ArmResult | None) -> float:
     if treatment is None:
         return 1.0
     if baseline.passed and treatment.passed:
-        if not (baseline.timed and treatment.timed):  # callers leave such arms out
-            raise ValueError("a passing arm needs a finite positive runtime")
-        return baseline.runtime_ms / treatment.runtime_ms
+        base_ms, treat_ms = baseline.runtime_ms, treatment.runtime_ms
+        if base_ms is None or treat_ms is None or not (baseline.timed and treatment.timed):
+            raise ValueError("a passing arm needs a finite positive runtime")  # callers skip
+        return base_ms / treat_ms
     if treatment.passed:
         return RESCUE
     if baseline.passed:

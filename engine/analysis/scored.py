@@ -47,7 +47,9 @@ class ScoredAttempt:
     @property
     def speedup(self) -> float | None:
         """Eager / implementation median, capped at 100× (None unless passing with times)."""
-        bad = runtime_defect(self.runtime_ms) or runtime_defect(self.ref_runtime_ms)
-        if not self.passed or bad:
+        runtime, ref = self.runtime_ms, self.ref_runtime_ms
+        if not self.passed or runtime is None or ref is None:
             return None
-        return min(self.ref_runtime_ms / self.runtime_ms, SPEEDUP_CAP)  # type: ignore[operator]
+        if runtime_defect(runtime) or runtime_defect(ref):
+            return None
+        return min(ref / runtime, SPEEDUP_CAP)

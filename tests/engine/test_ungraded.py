@@ -37,7 +37,7 @@ final_runtime_ms = 1.0
 [[models]]
 name = "sim/a"
 """
-OOM_MESSAGE = "CUDA out of memory. Tried to allocate 15.82 GiB. GPU 0 has a total capacity of 79.18 GiB"
+OOM_MESSAGE = "CUDA out of memory. Tried to allocate 15.82 GiB (79.18 GiB card)"
 
 
 class OutOfMemoryError(RuntimeError):

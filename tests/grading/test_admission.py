@@ -47,7 +47,9 @@ class Replies:
 async def test_a_pass_with_an_invalid_runtime_is_a_failed_grading(
     verdict: str, runtime: float | None
 ) -> None:
-    grader = Replies(Feedback(verdict, impl_median_ms=runtime, eager_median_ms=1.0, speedup=9.0))
+    reply = Feedback("pass", impl_median_ms=runtime, eager_median_ms=1.0, speedup=9.0)
+    reply.verdict = "preview" if verdict == "preview" else "pass"
+    grader = Replies(reply)
     feedback = await RetryPolicy(max_tries=3).grade(grader, REQUEST)
     assert (feedback.verdict, feedback.reason) == ("fail", "timing.invalid")
     assert feedback.speedup is None and "invalid runtime" in feedback.message
@@ -107,7 +109,7 @@ async def test_a_transient_error_that_never_clears_ends_with_its_infra_reason() 
         ("crash", "judge error: OutOfMemoryError: CUDA out of memory", "infra.oom"),
         ("crash", "judge error: MemoryError: ", "infra.oom"),
         ("crash", "CUDA error: no CUDA-capable device is detected", "infra.device_lost"),
-        ("crash", "Unable to determine the device handle for GPU0: GPU is lost", "infra.device_lost"),
+        ("crash", "Unable to determine the device handle: GPU is lost", "infra.device_lost"),
         ("infra.exception", "ClientOSError: [Errno 104]", "infra.host_lost"),
         ("crash", "grader actor: RayActorError: The actor died unexpectedly", "infra.host_lost"),
         ("crash", "the runner did not start: boom", "infra.judge_crash"),

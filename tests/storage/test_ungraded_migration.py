@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlite_utils import Database
 
 from app.cli import main
 from storage import queries, writes
@@ -28,7 +29,7 @@ DIRECTIONS = (("cute->tirx", "solo_cute", "solo_tirx", "cute2tirx_skill"),
               ("tirx->cute", "solo_tirx", "solo_cute", "tirx2cute_skill"))
 
 
-def _final(db: object, aid: int, feedbacks: list[dict[str, object]]) -> None:
+def _final(db: Database, aid: int, feedbacks: list[dict[str, object]]) -> None:
     sub = writes.add_submission(db, aid, 1, f"# final {aid}\n", purpose="final")
     for feedback in feedbacks:
         writes.finish_grading_job(db, writes.start_grading_job(db, sub, "local"), feedback)
