@@ -41,6 +41,7 @@ from screens.lift_noise import (
     band_rows,
     noise_cells,
     noise_rows,
+    power_text,
 )
 from screens.plots import PlotPanel, forest_caption, forest_rows
 
@@ -108,6 +109,7 @@ class LiftScreen(LiveScreen):
                 yield DataTable(id="tier-grid-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Noise", id="noise-tab"):
                 yield DataTable(id="noise-table", cursor_type="row", zebra_stripes=True)
+                yield Static(id="noise-power", markup=False)
                 yield DataTable(id="band-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Plot", id="plot-tab"), VerticalScroll(id="forest-scroll"):
                 yield PlotPanel(id="forest-plot")
@@ -202,6 +204,7 @@ class LiftScreen(LiveScreen):
         preview = bool(report["preview"])
         self._fill("noise-table", NOISE_COLUMNS, noise_rows(report),
                    lambda r, c: noise_cells(r, c, preview))
+        self.query_one("#noise-power", Static).update(power_text(report))
         self.call_after_refresh(
             self._fill, "band-table", BAND_COLUMNS, band_rows(report), band_cells
         )

@@ -18,7 +18,8 @@ NOISE_HELP = (
     "count only comparisons beyond noise: a verdict change (rescue, break), or both arms "
     "passing with |log ρ| above the limit of the problem's A/A band on its grading host (a "
     "95%/95% bound from repeated gradings of one file: [grading] final_repeats, mkb noise). "
-    "~n is the share within noise, no band the pairs with no band to judge them, T~n / H~n "
+    "~n is the share within noise, no band the pairs with no band to judge them, x-host the "
+    "pairs whose arms were graded on different hosts (never judged), T~n / H~n "
     "the share of the strict T / H that is within noise. The bands table gives each "
     "problem's and DSL's SD of log runtime on a host, its A/A band (95% of two gradings' "
     "ratio, or why there is none) and the limits for arms of 1 and 3 repeats."
@@ -35,6 +36,7 @@ NOISE_COLUMNS = (
     Column("harm_beyond", "H>n"),
     Column("within", "~n"),
     Column("unknown", "no band", short="?", drop=2),
+    Column("cross_host", "x-host", short="x", drop=2),
     Column("help_within", "T~n", drop=3),
     Column("harm_within", "H~n", drop=3),
     Column("grading", "grading", short="grd", drop=1),
@@ -80,6 +82,7 @@ def noise_cells(row: dict[str, Any], compact: bool = False, preview: bool = Fals
         _right(pct(row.get("harm_beyond_noise")), dim or "red"),
         _right(pct(row.get("within_noise")), dim),
         _right(str(row.get("unknown_noise", 0)), dim),
+        _right(str(row.get("cross_host", 0)), dim),
         _right(pct(row.get("strict_help_within_noise")), dim),
         _right(pct(row.get("strict_harm_within_noise")), dim),
         grading_cell(preview, compact),
@@ -107,6 +110,14 @@ def band_cells(row: dict[str, Any], compact: bool = False) -> list[Text]:
 
 def noise_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return list((report.get("noise") or {}).get("lift", []))
+
+
+def power_text(report: dict[str, Any]) -> str:
+    """Whether T>n is power-limited: the detection of 1.1× and 1.3× at the bands in use."""
+    from engine.analysis.noise_text import power_lines
+
+    lines = power_lines((report.get("noise") or {}).get("power"), "T>n")
+    return "\n".join(line.strip() for line in lines)
 
 
 def band_rows(report: dict[str, Any]) -> list[dict[str, Any]]:

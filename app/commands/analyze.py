@@ -44,10 +44,14 @@ def check_time(time: str) -> None:
         raise UsageError(f"--time must be one of {', '.join(TIME_SOURCES)} (got {time!r})")
 
 
-def load_inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
-    """The outcomes (file or store) and, from the store, the experiment's rubric views."""
+def load_inputs(
+    args: argparse.Namespace,
+) -> tuple[Any, dict[str, Any] | None, dict[str, Any] | None]:
+    """The outcomes (file or store) and, from the store, the experiment's rubric views and its
+    paired comparisons."""
     from app.errors import UsageError
     from engine.analysis.outcomes import OutcomeError, from_store, load_jsonl
+    from engine.analysis.paired_lift import paired_report
     from engine.rubric.views import report as rubric_report
     from storage.db import StorageError, open_db
 
@@ -56,30 +60,18 @@ def load_inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
         if args.outcomes:
             outcomes = load_jsonl(args.outcomes)
             outcomes.time = args.time  # spans from the rows' span_ms / ref_span_ms keys
-            return outcomes, None
+            return outcomes, None, None
         db = open_db(args.db, readonly=True)
         try:
             outcomes = from_store(db, args.experiment, time=args.time)
             exp = outcomes.experiment_id
-            return outcomes, None if exp is None else rubric_report(db, experiment_id=exp)
+            if exp is None:
+                return outcomes, None, None
+            return outcomes, rubric_report(db, experiment_id=exp), paired_report(db, exp)
         finally:
             db.conn.close()
     except (OutcomeError, StorageError) as exc:
         raise UsageError(str(exc)) from exc
-
-
-def load_pairing(args: argparse.Namespace, experiment_id: str | None) -> list[dict[str, Any]]:
-    """The stored pairing of the experiment's paired finals (none for an outcomes file)."""
-    from engine.analysis.pairing import pairing_table
-    from storage.db import open_db
-
-    if args.outcomes or experiment_id is None:
-        return []
-    db = open_db(args.db, readonly=True)
-    try:
-        return pairing_table(db, experiment_id)
-    finally:
-        db.conn.close()
 
 
 def render(report: dict[str, Any]) -> str:
@@ -110,11 +102,11 @@ def run(args: argparse.Namespace) -> int:
         from app.commands._compare import run_compare
 
         return run_compare(args)
-    outcomes, rubric = load_inputs(args)
+    outcomes, rubric, paired = load_inputs(args)
     report = analyze(outcomes, AnalysisOptions(permutation_draws=args.draws, seed=args.seed,
                                                fail_flags=tuple(args.fail_flag)))
     report["rubric"] = rubric
-    report["pairing"] = load_pairing(args, outcomes.experiment_id)
+    report["paired"] = paired
     report = clean(report)  # stored names and flags, safe in a terminal and in exports
     if args.figures:
         from engine.analysis.figures import write_figures

@@ -98,6 +98,44 @@ def _num(value: float | None, fmt: str = ".3f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def comparison_lines(result: dict[str, Any]) -> list[str]:
+    """Per band: what one comparison's paired test detects at k pairs, and the k it needs."""
+    from engine.analysis.text import text_table
+
+    rows = [
+        (
+            b["problem"],
+            b["dsl"],
+            b["host"],
+            f"{b['sigma']:.4f}",
+            b["pairs"],
+            f"{b['detect_0.1']:.0%}",
+            f"{b['detect_0.3']:.0%}",
+            b["pairs_for_0.1"],
+            b["pairs_for_0.3"],
+        )
+        for b in result.get("per_comparison", [])
+    ]
+    heading = (
+        f"Per comparison on each band's host (paired test, exact noncentral t at alpha "
+        f"{result['alpha']}; BH across an experiment needs at least as many pairs): the chance "
+        f"k pairs call a 1.1x / 1.3x help beyond noise, and the k that reaches "
+        f"{result['power']:.0%}"
+    )
+    header = (
+        "problem",
+        "dsl",
+        "host",
+        "sigma",
+        "k",
+        "P(1.1x)",
+        "P(1.3x)",
+        "k for 1.1x",
+        "k for 1.3x",
+    )
+    return text_table(heading, header, rows, left=3) if rows else []
+
+
 def render(result: dict[str, Any]) -> str:
     """The plan as a table: one row per cell, power and replicates needed per lift."""
     from engine.analysis.text import text_table
@@ -127,6 +165,7 @@ def render(result: dict[str, Any]) -> str:
         f"target power {result['power']:.0%}; * sigma_b pooled over the pilot){preview}"
     )
     lines = text_table(heading, header, rows, left=3)
+    lines += comparison_lines(result)
     if not any(b["sigma"] is not None for b in result["bands"]):
         lines.append(
             "  no A/A band in the store: sigma_m unknown, taken as 0 (optimistic); "

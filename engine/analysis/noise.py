@@ -1,9 +1,10 @@
-"""Measurement noise of a runtime: A/A bands per problem and grading host (docs/analysis.md).
+"""Measurement noise of a runtime: A/A bands per problem, DSL and grading host
+(docs/analysis.md).
 
-Model: a grading's runtime is ``t = τ · exp(ε)`` with ``ε ~ N(0, σ²)`` per problem and grading
-host (log-normal noise; σ ≈ the coefficient of variation for small CVs). A *series* is several
-gradings of one unchanged file (``mkb noise``, or an attempt's repeated finals); within a series
-only ε varies, so the pooled within-series variance of ``log t`` estimates σ² with
+Model: a grading's runtime is ``t = τ · exp(ε)`` with ``ε ~ N(0, σ²)`` per problem, DSL and
+grading host (log-normal noise; σ ≈ the coefficient of variation for small CVs). A *series* is
+several gradings of one unchanged file (``mkb noise``, or an attempt's repeated finals); within a
+series only ε varies, so the pooled within-series variance of ``log t`` estimates σ² with
 ``dof = Σ (n_s − 1)`` degrees of freedom.
 
 Two figures come out of a :class:`Band`:
@@ -226,7 +227,7 @@ def _rejected(logs: Sequence[float], scale: float | None) -> list[bool]:
     return [abs(x - middle) > OUTLIER_Z * scale for x in logs]
 
 
-def _band(problem: str, dsl: str, host: str, items: Sequence[Series]) -> Band:
+def band_of(problem: str, dsl: str, host: str, items: Sequence[Series]) -> Band:
     """One (problem, DSL, host) band: outliers rejected, then the pooled within-series SD."""
     groups = [logs for s in items if len(logs := _logs(s.values_ms)) >= 2]
     scale = robust_sigma(groups)
@@ -264,7 +265,7 @@ def pool(series: Iterable[Series]) -> dict[BandKey, Band]:
     groups: dict[BandKey, list[Series]] = defaultdict(list)
     for s in series:
         groups[(s.problem, s.dsl, s.host)].append(s)
-    return {key: _band(*key, items) for key, items in sorted(groups.items())}
+    return {key: band_of(*key, items) for key, items in sorted(groups.items())}
 
 
 def hosts_of(host: str) -> list[str]:

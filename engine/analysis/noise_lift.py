@@ -8,7 +8,9 @@ A comparison is classified (docs/analysis.md, "Noise-aware lift"):
   both arms passing with ``|log ρ|`` above the limit of their problem's A/A band;
 - ``within``: both arms pass and ``|log ρ|`` is within that limit;
 - ``neutral``: no runtime to compare (joint failure, or a skipped treatment): ρ = 1 by rule;
-- ``unknown``: both arms pass but no band exists for the problem on the grading host.
+- ``unknown``: both arms pass but no band exists for the problem on the grading host;
+- ``cross_host``: both arms pass but were graded on different hosts: a host's speed is not
+  noise, so such a comparison is never called beyond noise (nor within) on its runtimes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from engine.analysis import metrics
 from engine.analysis.noise import Band, BandKey, Series, hosts_of, pool
 from engine.analysis.outcomes import OutcomeSet, ScoredAttempt
 
-CLASSES = ("help", "harm", "within", "neutral", "unknown")
+CLASSES = ("help", "harm", "within", "neutral", "unknown", "cross_host")
+UNJUDGED = ("unknown", "cross_host")  # both pass, no runtime judgement
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ def classify(c: metrics.Comparison, bands: Mapping[BandKey, Band]) -> NoiseCall:
         return NoiseCall("neutral", None, reps)
     if c.baseline.passed != treat.passed:  # rescue or break: a verdict change
         return NoiseCall("help" if treat.passed else "harm", None, reps)
+    if set(hosts_of(c.baseline.host)) != set(hosts_of(treat.host)):
+        return NoiseCall("cross_host", None, reps)
     band = band_for(c, bands)
     limit = None if band is None else band.limit(*reps)
     if limit is None:
@@ -101,10 +106,10 @@ def noise_cell(
     for c in group:
         call = calls[id(c)].noise
         counts[call] += 1
-        if c.rho > 1.0 and call != "unknown":
+        if c.rho > 1.0 and call not in UNJUDGED:
             strict_help += 1
             help_within += call == "within"
-        elif c.rho < 1.0 and call != "unknown":
+        elif c.rho < 1.0 and call not in UNJUDGED:
             strict_harm += 1
             harm_within += call == "within"
     return {
@@ -113,6 +118,7 @@ def noise_cell(
         "within_noise": _share(counts["within"], n),
         "neutral": _share(counts["neutral"], n),
         "unknown_noise": counts["unknown"],
+        "cross_host": counts["cross_host"],
         "strict_help_within_noise": _share(help_within, strict_help),
         "strict_harm_within_noise": _share(harm_within, strict_harm),
     }

@@ -32,6 +32,7 @@ def noise_lift_lines(report: dict[str, Any]) -> list[str]:
             share(r["harm_beyond_noise"]),
             share(r["within_noise"]),
             r["unknown_noise"],
+            r.get("cross_host", 0),
             share(r["strict_help_within_noise"]),
             share(r["strict_harm_within_noise"]),
         )
@@ -40,7 +41,8 @@ def noise_lift_lines(report: dict[str, Any]) -> list[str]:
     heading = (
         f"Noise-aware lift ({noise.get('time', 'e2e')} runtimes; T/H strict as in the paper; "
         "T>n/H>n beyond the A/A noise limit, verdict changes always beyond; ~n within noise; "
-        "no band: both pass but no A/A band; T~n/H~n: share of strict T/H within noise)"
+        "no band: both pass but no A/A band; x-host: both pass on different hosts, never judged; "
+        "T~n/H~n: share of strict T/H within noise)"
     )
     return text_table(
         title(heading, report["preview"]),
@@ -55,6 +57,7 @@ def noise_lift_lines(report: dict[str, Any]) -> list[str]:
             "H>n",
             "~n",
             "no band",
+            "x-host",
             "T~n",
             "H~n",
         ),
@@ -114,8 +117,74 @@ def band_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def power_lines(note: dict[str, Any] | None, what: str) -> list[str]:
+    """The power-limited note under a table of calls beyond noise."""
+    if not note:
+        return []
+    detect = note["detect"]
+    line = (
+        f"  {what}: at the bands in use a 1.1x help is called {share(detect['0.1'])} and a "
+        f"1.3x help {share(detect['0.3'])} of the time"
+    )
+    if note["power_limited"]:
+        line += "; power-limited: beyond-noise shares are lower bounds, not the share helped"
+    return [line]
+
+
+def paired_lines(report: dict[str, Any]) -> list[str]:
+    """Each paired comparison: its pairing, and per clock the estimate, q and call."""
+    paired = report.get("paired")
+    if not paired:
+        return []
+
+    def clock(c: dict[str, Any]) -> tuple[str, str, str]:
+        if c["rho"] is None:
+            return "-", "-", c["call"]
+        interval = "" if c["rho_low"] is None else f" [{c['rho_low']:.3f}, {c['rho_high']:.3f}]"
+        q = "-" if c["q"] is None else f"{c['q']:.3f}"
+        return f"{c['rho']:.3f}{interval}", q, c["call"]
+
+    rows = [
+        (
+            r["model"],
+            r["direction"],
+            r["problem"],
+            r["replicate"],
+            r["status"],
+            r["pairs"],
+            *clock(r["clocks"]["e2e"]),
+            *clock(r["clocks"]["span"]),
+            r["note"],
+        )
+        for r in paired["comparisons"]
+    ]
+    heading = (
+        "Paired comparisons (interleaved finals on one slot; rho with its 95% t interval, BH q "
+        "across the experiment; help/harm = beyond noise at q <= 0.05; cross_host/unpaired are "
+        "never called)"
+    )
+    header = (
+        "model",
+        "direction",
+        "problem",
+        "rep",
+        "pairing",
+        "k",
+        "rho e2e",
+        "q",
+        "call",
+        "rho span",
+        "q",
+        "call",
+        "",
+    )
+    lines = text_table(title(heading, report["preview"]), header, rows, left=5)
+    return [*lines, *power_lines(paired.get("power"), "per comparison")]
+
+
 def noise_lines(report: dict[str, Any]) -> list[str]:
-    """Both noise sections (when the report has them)."""
+    """The noise sections (when the report has them)."""
     if "noise" not in report:
         return []
-    return [*noise_lift_lines(report), *band_lines(report)]
+    note = power_lines(report["noise"].get("power"), "T>n")
+    return [*noise_lift_lines(report), *note, *band_lines(report), *paired_lines(report)]

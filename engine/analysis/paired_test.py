@@ -80,12 +80,14 @@ class PairedEstimate:
         }
 
 
-def log_differences(base_ms: Sequence[float], treat_ms: Sequence[float]) -> list[float]:
+def log_differences(
+    base_ms: Sequence[float | None], treat_ms: Sequence[float | None]
+) -> list[float]:
     """``log t_base,i − log t_treat,i`` for each pair i (both runtimes finite and positive)."""
     return [
         math.log(b) - math.log(t)
         for b, t in zip(base_ms, treat_ms, strict=False)
-        if _valid(b) and _valid(t)
+        if b is not None and t is not None and _valid(b) and _valid(t)
     ]
 
 

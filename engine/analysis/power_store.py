@@ -8,7 +8,7 @@ from typing import Any
 from engine.analysis import metrics
 from engine.analysis.noise_lift import bands_of
 from engine.analysis.outcomes import OutcomeError, from_store
-from engine.analysis.power import DEFAULT_LIFTS, plan, planned_cells
+from engine.analysis.power import DEFAULT_LIFTS, comparison_plan, plan, planned_cells
 
 MIN_PILOT = 2  # resolved comparisons a pilot needs
 
@@ -61,6 +61,7 @@ def plan_from_store(
         "power": power,
         "lifts": list(lifts),
         "cells": cells,
+        "per_comparison": comparison_plan(bands.values(), max(r, 2), alpha=alpha, power=power),
     }
 
 
@@ -78,7 +79,23 @@ def summary_line(result: dict[str, Any] | None) -> str:
     label = ", PREVIEW" if result["preview"] else ""
     return (
         f"expected power (pilot {result['pilot']}{label}; R={result['repeats']}; lowest "
-        "model × direction): " + ", ".join(parts)
+        "model × direction): " + ", ".join(parts) + _per_comparison(result)
+    )
+
+
+def _per_comparison(result: dict[str, Any]) -> str:
+    """The per-comparison planner in a phrase: the range over the bands of the chance k pairs
+    call a 1.1× help, and the most pairs a band needs for it."""
+    rows = result.get("per_comparison") or []
+    if not rows:
+        return ""
+    chances = [r["detect_0.1"] for r in rows]
+    k = rows[0]["pairs"]
+    most = max(r["pairs_for_0.1"] for r in rows)
+    return (
+        f"; one comparison at k={k} pairs calls a 1.1× help {min(chances):.0%}–"
+        f"{max(chances):.0%} of the time (k={most} on the noisiest band for "
+        f"{result['power']:.0%})"
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.analysis import metrics, noise_lift, spans, stats
+from engine.analysis import metrics, noise_lift, power, spans, stats
 from engine.analysis.outcomes import OutcomeSet
 
 PREVIEW_LABEL = "PREVIEW (CPU grading, not scored, not comparable)"
@@ -85,6 +85,8 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
                 "verdict": c.verdict,
                 "skipped": c.skipped,
                 "standing": c.standing,
+                "host_base": c.baseline.host,
+                "host_treat": None if c.treatment is None else c.treatment.host,
                 **noise_lift.comparison_fields(calls[id(c)]),
             }
             for c in comps
@@ -93,6 +95,7 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
             "time": outcomes.time,
             "bands": [b.as_dict() for b in bands.values()],
             "lift": noise_rows,
+            "power": power.noise_power_note(comps, bands),
         },
     }
 

@@ -124,7 +124,8 @@ def decide(
     """``continue``, ``help``, ``harm`` or ``within`` after ``len(diffs)`` pairs.
 
     ``band_sigma``: the pooled band's SD of one grading's log runtime on this host (None: no
-    band); ``band_dof``: its degrees of freedom. Outliers are rejected as in
+    band; when the arms' DSLs have different bands, √((σ_base² + σ_treat²) / 2)); ``band_dof``:
+    its degrees of freedom (the smaller of the two). Outliers are rejected as in
     :func:`engine.analysis.paired_test.paired_test`; an outlier-dominated look continues."""
     return look(diffs, band_sigma, band_dof, max_pairs, alpha, relevant=relevant).decision
 

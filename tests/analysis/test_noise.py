@@ -148,7 +148,10 @@ def test_classification_rules() -> None:
     assert call(None, 1.0, base_ok=False) == "help"
     assert call(1.0, None, treat_ok=False) == "harm"
     assert call(None, None, base_ok=False, treat_ok=False) == "neutral"
-    assert call(inside, 1.0, host="elsewhere") == "unknown"  # no band on that host
+    # arms graded on different hosts: never judged on their runtimes, however far apart
+    assert call(inside, 1.0, host="elsewhere") == "cross_host"
+    assert call(outside**3, 1.0, host="elsewhere") == "cross_host"
+    assert call(None, 1.0, base_ok=False, host="elsewhere") == "help"  # a rescue still is
 
 
 def test_noise_table_keeps_the_strict_rates_and_counts_within_noise() -> None:
@@ -193,6 +196,7 @@ def test_report_from_a_file_with_repeats(tmp_path: Path) -> None:
         assert band["dof"] == 32 and band["sigma"] == pytest.approx(0.03, rel=0.35)
     assert {c["noise"] for c in report["comparisons"]} <= {"help", "harm", "within"}
     assert sum(c["noise"] == "within" for c in report["comparisons"]) >= 14  # of 16 A/A
+    assert all(c["host_base"] == c["host_treat"] == "h" for c in report["comparisons"])
     text = render_text(report)
     assert "Noise-aware lift" in text and "A/A bands per problem" in text
     json.dumps(report)  # JSON-ready
@@ -300,10 +304,12 @@ def test_an_attempt_graded_on_two_hosts_names_both_and_needs_both_bands(db_path:
     (row,), series = attach_repeats(db, "e", [_row("p01", "tirx", "solo", 1, True, 1.0)], [aid])
     assert row.host == "a + b" and len(row.repeats_ms) == 3
     assert sorted(s.host for s in series) == ["a", "b"]
-    treat = _row("p01", "tirx", "skill", 1, True, 1.0, host="a")
+    treat = _row("p01", "tirx", "skill", 1, True, 1.0, host="a + b")
     comp = _comparison(row, treat)
     only_a = {("p01", "tirx", "a"): Band("p01", "a", 5, 15, 10, 0.02, dsl="tirx")}
     assert classify(comp, only_a).noise == "unknown"  # host b has no band
     both = {**only_a, ("p01", "tirx", "b"): Band("p01", "b", 5, 15, 10, 0.05, dsl="tirx")}
     assert classify(comp, both).limit == both[("p01", "tirx", "b")].limit(3, 1)  # the wider
+    one_host = _comparison(row, _row("p01", "tirx", "skill", 1, True, 1.0, host="a"))
+    assert classify(one_host, both).noise == "cross_host"  # a + b against a alone
     db.conn.close()

@@ -116,8 +116,14 @@ def test_mkb_power_answers_from_a_pilot_store_in_under_two_seconds(
     assert elapsed < 2.0, f"{elapsed:.2f} s"
     assert "Power plan from pilot pilot" in out and "PREVIEW pilot" in out
     assert "sim/c" in out and "0.0" in out  # a model without pilot data: pooled sigma_b (*)
+    assert "Per comparison on each band's host" in out and "k for 1.1x" in out
     assert main(["power", str(config), "--from", str(pilot_db), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
+    per = result["per_comparison"]  # one row per known band: CV 5 %, 12 dof
+    assert len(per) == 4 and {b["dsl"] for b in per} == {"cute", "tirx"}
+    for b in per:
+        assert b["pairs"] == 3 and b["detect_0.3"] > b["detect_0.1"]
+        assert b["pairs_for_0.1"] >= b["pairs_for_0.3"] >= 2
     assert result["repeats"] == 3 and result["pilot_comparisons"] == 12
     assert all(len(c["lifts"]) == 2 for c in result["cells"])
     pooled = [c for c in result["cells"] if c["model"] == "sim/c"]

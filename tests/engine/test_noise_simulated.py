@@ -74,15 +74,20 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_bands_recover_the_configured_noise(report: dict) -> None:
-    bands = {b["problem"]: b for b in report["noise"]["bands"]}
-    assert set(bands) == set(AA | HELP)
+    bands = {(b["problem"], b["dsl"]): b for b in report["noise"]["bands"]}
+    assert set(bands) == {(p, dsl) for p in AA | HELP for dsl in ("cute", "tirx")}
     for problem, cv in (AA | HELP).items():
-        band = bands[problem]
         true_sigma = math.sqrt(math.log1p(cv * cv))
-        assert band["dof"] == 15 * 4 * 2  # 60 attempts × (3 repeats − 1)
-        assert band["sigma"] == pytest.approx(true_sigma, rel=0.2), problem
+        pair = [bands[(problem, dsl)] for dsl in ("cute", "tirx")]
+        for band in pair:
+            assert band["dof"] == 15 * 2 * 2  # per DSL: 30 attempts × (3 repeats − 1)
+            assert band["rejected"] == 0  # log-normal noise: no grading is an outlier
+            assert band["sigma"] == pytest.approx(true_sigma, rel=0.3), problem  # 60 dof
+        # both DSLs share the configured CV here: together (120 dof) within 20 %
+        pooled = math.sqrt(sum(b["sigma"] ** 2 for b in pair) / 2)
+        assert pooled == pytest.approx(true_sigma, rel=0.2), problem
         true_band = 1.959963984540054 * math.sqrt(2) * true_sigma
-        assert band["aa_band"] == pytest.approx(true_band, rel=0.2), problem
+        assert 1.959963984540054 * math.sqrt(2) * pooled == pytest.approx(true_band, rel=0.2)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_until
-from textual.widgets import DataTable, TabbedContent
+from textual.widgets import DataTable, Static, TabbedContent
 
 from screens.lift import LiftScreen
 from screens.lift_noise import BAND_COLUMNS, band_cells, band_rows
@@ -77,6 +77,10 @@ async def test_noise_tab_shows_the_noise_aware_lift_and_bands(make_app, seeded_d
         ]
         assert cells[4] == f"{rows[0]['help_rate'] * 100:.1f}%"  # strict T, as on the Lift tab
         assert cells[-1] in ("PREVIEW", "PRV")
+        note = str(screen.query_one("#noise-power", Static).render())
+        detect = report["noise"]["power"]["detect"]
+        assert note.startswith("T>n: at the bands in use a 1.1x help is called")
+        assert f"{detect['0.3'] * 100:.1f}%" in note
         bands = screen.query_one("#band-table", DataTable)
         assert bands.row_count == len(report["noise"]["bands"]) == 4  # 2 problems × 2 DSLs
         first = [c.plain for c in bands.get_row_at(0)]

@@ -1,0 +1,178 @@
+"""Each comparison decided from its paired, interleaved finals (docs/analysis.md, "Paired
+test"): per clock (end to end, the paper's; the GPU span) the estimate of log ρ with its t
+interval, the Benjamini–Hochberg q across the experiment's paired comparisons and the call
+(``help`` / ``harm`` beyond noise at q ≤ 0.05, ``within``, ``untested``); a comparison whose
+pairs ran on different slots is ``cross_host``, one without pairs ``unpaired``: neither is
+ever called beyond noise. Where the two clocks' calls differ, the row says so.
+
+The prior of a comparison's variance is the band of (problem, DSL, host) of each arm pooled
+from the experiment's series *other than the comparison's own* (leave-one-out: its own
+gradings must not count twice).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from engine.analysis.noise import BandKey, Series, band_of
+from engine.analysis.paired_test import (
+    PAIRED,
+    PairedEstimate,
+    bh_qvalues,
+    call_of,
+    log_differences,
+    paired_test,
+    pairing_status,
+    prior_of,
+)
+from engine.analysis.power import paired_power
+from storage.paired_repeats import PairedComparison, PairedGrading
+
+CLOCKS = {"e2e": "impl_median_ms", "span": "span_ms"}
+POWER_LIFTS = (0.10, 0.30)
+
+
+def _value(g: PairedGrading, clock: str) -> float | None:
+    value = getattr(g, CLOCKS[clock]) if g.passed else None
+    if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
+
+
+def _prior(
+    c: PairedComparison, groups: Mapping[BandKey, Sequence[Series]]
+) -> tuple[float | None, int]:
+    """The prior SD of one difference from the arms' leave-one-out bands (None: no band)."""
+    own = {g.series for g in (*c.baseline, *c.treatment)}
+    sigmas: list[float | None] = []
+    dofs: list[int] = []
+    for arm in (c.baseline, c.treatment):
+        for key in {(c.problem_id, g.dsl, g.host) for g in arm}:
+            others = [s for s in groups.get(key, ()) if s.key not in own]
+            band = band_of(*key, others)
+            sigmas.append(band.sigma)
+            dofs.append(band.dof)
+    return prior_of(sigmas, dofs)
+
+
+def _estimate(
+    c: PairedComparison, clock: str, groups: Mapping[BandKey, Sequence[Series]]
+) -> PairedEstimate:
+    base = [_value(b, clock) for b, _ in c.pairs]
+    treat = [_value(t, clock) for _, t in c.pairs]
+    diffs = log_differences(base, treat)
+    prior_sd, prior_dof = _prior(c, groups)
+    return paired_test(diffs, prior_sd, prior_dof)
+
+
+def paired_calls(
+    comparisons: Sequence[PairedComparison], series: Mapping[str, Iterable[Series]]
+) -> list[dict[str, Any]]:
+    """Per comparison: its pairing, and per clock the test, q and call (see the docstring).
+    ``series``: each clock's stored series (``e2e`` and ``span``)."""
+    groups = {clock: _grouped(series.get(clock, ())) for clock in CLOCKS}
+    rows: list[dict[str, Any]] = []
+    for c in comparisons:
+        status = pairing_status([(b.where, t.where) for b, t in c.pairs])
+        clocks = {clock: _estimate(c, clock, groups[clock]) for clock in CLOCKS}
+        rows.append({"comparison": c, "status": status, "clocks": clocks})
+    for clock in CLOCKS:
+        ps = [r["clocks"][clock].p if r["status"] == PAIRED else None for r in rows]
+        for r, q in zip(rows, bh_qvalues(ps), strict=True):
+            r.setdefault("q", {})[clock] = q
+    return [_row(r) for r in rows]
+
+
+def _grouped(series: Iterable[Series]) -> dict[BandKey, list[Series]]:
+    out: dict[BandKey, list[Series]] = defaultdict(list)
+    for s in series:
+        out[(s.problem, s.dsl, s.host)].append(s)
+    return out
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    c: PairedComparison = r["comparison"]
+    status: str = r["status"]
+    clocks: dict[str, Any] = {}
+    for clock, est in r["clocks"].items():
+        q = r["q"][clock]
+        call = call_of(est, q) if status == PAIRED else status
+        clocks[clock] = {**est.as_dict(), "q": q, "call": call}
+    calls = {clock: v["call"] for clock, v in clocks.items()}
+    tested = [v for v in calls.values() if v in ("help", "harm", "within")]
+    disagree = len(tested) == len(calls) and len(set(tested)) > 1
+    hosts = sorted({g.where for g in (*c.baseline, *c.treatment)})
+    return {
+        "comparison_id": c.comparison_id,
+        "model": c.model,
+        "problem": c.problem_id,
+        "direction": c.direction,
+        "replicate": c.replicate,
+        "status": status,
+        "slots": hosts,
+        "pairs": len(c.pairs),
+        "call": calls["e2e"],
+        "clocks": clocks,
+        "clocks_disagree": disagree,
+        "note": (
+            f"clocks disagree: end to end {calls['e2e']}, GPU span {calls['span']}"
+            if disagree
+            else ""
+        ),
+    }
+
+
+def power_note(
+    rows: Sequence[dict[str, Any]], sigmas: Sequence[float], dof: int
+) -> dict[str, Any] | None:
+    """The detection probability of a 1.1× and a 1.3× help by one comparison with the
+    experiment's typical pairs at the RMS σ of the bands in use (None without either)."""
+    ks = [r["pairs"] for r in rows if r["status"] == PAIRED and r["pairs"] >= 1]
+    if not ks or not sigmas:
+        return None
+    k = int(statistics.median(ks))
+    sigma = math.sqrt(sum(s * s for s in sigmas) / len(sigmas))
+    detect = {f"{lift:g}": paired_power(k, sigma, dof, math.log1p(lift)) for lift in POWER_LIFTS}
+    return {
+        "pairs": k,
+        "sigma": sigma,
+        "dof": dof,
+        "detect": detect,
+        "power_limited": min(detect.values()) < 0.8,
+    }
+
+
+def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
+    """The experiment's paired comparisons from the store, with the power note (e2e bands)."""
+    from engine.analysis.noise import pool
+    from engine.analysis.spans import span_series
+    from storage import queries, repeats
+    from storage.paired_repeats import comparison_pairs
+
+    comps = comparison_pairs(db, experiment_id)
+    if comps:  # the experiment's other resolved comparisons: unpaired, never called here
+        paired_ids = {c.comparison_id for c in comps}
+        comps += [
+            PairedComparison(r.id, r.model, r.problem_id, r.direction, r.replicate, (), ())
+            for r in queries.comparisons(db, experiment_id, resolved_only=True)
+            if r.id not in paired_ids and not r.variant and r.round <= 1
+        ]
+    problems = {c.problem_id for c in comps}
+    stored = repeats.problem_series(db, problems, "impl_median_ms", experiment_id)
+    e2e = [
+        Series(s["problem"], s["host"], tuple(s["values"]), s["key"], s["dsl"], s["preview"])
+        for s in stored
+    ]
+    rows = paired_calls(comps, {"e2e": e2e, "span": span_series(db, problems, experiment_id)})
+    in_use = {(c.problem_id, g.dsl, g.host) for c in comps for g in (*c.baseline, *c.treatment)}
+    bands = [b for key, b in pool(e2e).items() if key in in_use and b.sigma is not None]
+    note = power_note(
+        rows,
+        [b.sigma for b in bands if b.sigma is not None],
+        min((b.dof for b in bands), default=0),
+    )
+    return {"comparisons": rows, "power": note}

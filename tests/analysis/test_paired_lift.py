@@ -1,0 +1,170 @@
+"""Paired comparisons read from a real store (storage/paired_repeats.py) and decided per clock
+(engine/analysis/paired_lift.py): help beyond noise from interleaved pairs on one slot,
+cross-host and unpaired comparisons never called, the clocks' disagreement said, and
+`mkb analyze` (text and --json) showing it all."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.analysis.paired_lift import paired_report
+from storage import writes
+from storage.db import open_db
+from storage.event_rows import text_hash
+from storage.paired_repeats import comparison_pairs
+
+
+def _comparison(db: Any, problem: str, replicate: int) -> int:
+    writes.upsert_comparison(
+        db,
+        "e",
+        model="m",
+        problem_id=problem,
+        direction="cute->tirx",
+        replicate=replicate,
+        resolved=1,
+        rho=1.0,
+        verdict="help",
+    )
+    row = db.execute(
+        "SELECT id FROM comparisons WHERE problem_id=? AND replicate=?", [problem, replicate]
+    ).fetchone()
+    return int(row[0])
+
+
+def _job(
+    db: Any,
+    cid: int,
+    problem: str,
+    base: list[tuple[float, float]],
+    treat: list[tuple[float, float]],
+    slots: tuple[str, str] = ("n1:gpu0", "n1:gpu0"),
+) -> None:
+    """One paired job as the engine stores it: A B B A … interleaved, (e2e, span) per row."""
+    order = [("baseline", "treatment")[(i + i // 2) % 2] for i in range(2 * len(base))]
+    left = {"baseline": list(base), "treatment": list(treat)}
+    for position, arm in enumerate(order, 1):
+        e2e, span = left[arm].pop(0)
+        slot = slots[0] if arm == "baseline" else slots[1]
+        db.execute(
+            "INSERT INTO timing_repeats (series, repeat, kind, experiment_id, problem_id, dsl, "
+            "source_hash, host, state, verdict, impl_median_ms, started_at, pair_key, arm, slot, "
+            "span_ms) VALUES (?, ?, 'final', 'e', ?, 'tirx', ?, ?, 'done', 'pass', ?, 'now', ?, "
+            "?, ?, ?)",
+            [
+                f"pair:e:{cid}:{arm}",
+                position,
+                problem,
+                text_hash(arm),
+                slot.split(":")[0],
+                e2e,
+                f"pair:e:{cid}",
+                arm,
+                slot,
+                span,
+            ],
+        )
+
+
+def _noise(db: Any, problem: str, sigma: float, rng: random.Random) -> None:
+    """A/A series of the problem on n1 (the band's prior): 6 files × 4 gradings."""
+    for f in range(6):
+        for k in range(1, 5):
+            db.execute(
+                "INSERT INTO timing_repeats (series, repeat, kind, problem_id, dsl, source_hash, "
+                "host, state, verdict, impl_median_ms, started_at) VALUES (?, ?, 'noise', ?, "
+                "'tirx', 'x', 'n1', 'done', 'pass', ?, 'now')",
+                [f"noise:{problem}{f}", k, problem, math.exp(rng.gauss(0, sigma))],
+            )
+
+
+def _arm(rng: random.Random, scale: float, sigma: float, span_sigma: float, k: int = 5):  # noqa: ANN202
+    return [
+        (scale * math.exp(rng.gauss(0, sigma)), scale * math.exp(rng.gauss(0, span_sigma)))
+        for _ in range(k)
+    ]
+
+
+@pytest.fixture
+def store(db_path: Path) -> Any:
+    rng = random.Random(42)
+    db = open_db(db_path)
+    writes.create_experiment(db, "e", "e")
+    for problem, sigma in (("p01", 0.03), ("p02", 0.03), ("p03", 0.03), ("p04", 0.15)):
+        _noise(db, problem, sigma, rng)
+    # p01: a 1.3× help on both clocks; p02: null; p03: a 1.3× help graded on two slots;
+    # p04: a 1.1× help, clear on the quiet span, within noise on a noisy (CV 15 %) end to end
+    _job(
+        db, _comparison(db, "p01", 1), "p01", _arm(rng, 1.3, 0.03, 0.003), _arm(rng, 1, 0.03, 0.003)
+    )
+    _job(db, _comparison(db, "p02", 1), "p02", _arm(rng, 1, 0.03, 0.003), _arm(rng, 1, 0.03, 0.003))
+    _job(
+        db,
+        _comparison(db, "p03", 1),
+        "p03",
+        _arm(rng, 1.3, 0.03, 0.003),
+        _arm(rng, 1, 0.03, 0.003),
+        slots=("n1:gpu0", "n2:gpu0"),
+    )
+    _job(
+        db, _comparison(db, "p04", 1), "p04", _arm(rng, 1.1, 0.15, 0.003), _arm(rng, 1, 0.15, 0.003)
+    )
+    _comparison(db, "p05", 1)  # resolved, never paired
+    yield db
+    db.conn.close()
+
+
+def test_the_reader_pairs_the_ith_rows_of_each_arm(store: Any) -> None:
+    comps = comparison_pairs(store, "e")
+    assert [c.problem_id for c in comps] == ["p01", "p02", "p03", "p04"]
+    first = comps[0]
+    assert len(first.pairs) == 5 and [g.repeat for g in first.baseline] == [1, 4, 5, 8, 9]
+    assert {g.slot for g in first.treatment} == {"n1:gpu0"}
+
+
+def test_calls_per_clock_with_cross_host_and_unpaired_never_called(store: Any) -> None:
+    report = paired_report(store, "e")
+    rows = {r["problem"]: r for r in report["comparisons"]}
+    assert rows["p01"]["status"] == "paired" and rows["p01"]["call"] == "help"
+    e2e = rows["p01"]["clocks"]["e2e"]
+    assert e2e["rho_low"] > 1.1 and e2e["q"] <= 0.05 and e2e["prior"]  # the band entered
+    assert rows["p02"]["call"] == "within"
+    assert rows["p03"]["status"] == "cross_host" and rows["p03"]["call"] == "cross_host"
+    assert rows["p03"]["clocks"]["span"]["call"] == "cross_host"  # ρ 1.3, yet never called
+    assert rows["p05"]["status"] == "unpaired" and rows["p05"]["pairs"] == 0
+    p04 = rows["p04"]
+    assert p04["clocks"]["span"]["call"] == "help" and p04["clocks"]["e2e"]["call"] == "within"
+    assert p04["clocks_disagree"] and "clocks disagree" in p04["note"]
+    assert report["power"] is not None and report["power"]["pairs"] == 5
+    assert report["power"]["detect"]["0.3"] > report["power"]["detect"]["0.1"]
+
+
+def test_mkb_analyze_shows_paired_calls_in_text_and_json(
+    store: Any, db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main
+
+    store.conn.commit()
+    assert main(["analyze", "--db", str(db_path), "--experiment", "e", "--draws", "20"]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("Paired comparisons") :]
+    assert "cross_host" in section and "unpaired" in section and "clocks disagree" in section
+    assert "per comparison: at the bands in use a 1.1x help is called" in section
+    assert (
+        main(["analyze", "--db", str(db_path), "--experiment", "e", "--json", "--draws", "20"]) == 0
+    )
+    paired = json.loads(capsys.readouterr().out)["paired"]
+    calls = {r["problem"]: r["call"] for r in paired["comparisons"]}
+    assert calls == {
+        "p01": "help",
+        "p02": "within",
+        "p03": "cross_host",
+        "p04": "within",
+        "p05": "unpaired",
+    }
