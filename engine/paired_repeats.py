@@ -207,7 +207,7 @@ class PairedRepeats:
                     return  # left to a rerun (the row stays open: graded again then)
                 slot = ""  # its slot died: the rest of the job goes wherever answers
                 continue
-            slot = slot or feedback.host
+            slot = feedback.host or slot  # where it ran (a backend may not honour the name)
             stored.add(position)
             done = await self.store.read(repeat_rows.pair_done, job.key)
             position += 1

@@ -182,10 +182,11 @@ def record_repeat(
     series: str,
     repeat: int,
     feedback: Mapping[str, Any],
-    span_ms: float | None = None,
     **start: Any,
 ) -> bool:
-    """Open and finish a repeat in one step (a grading already made, e.g. the final)."""
+    """Open and finish a repeat in one step (a grading already made, e.g. the final);
+    ``start``: :func:`start_repeat`'s keywords, and ``span_ms`` for :func:`finish_repeat`."""
+    span_ms = start.pop("span_ms", None)
     if not start_repeat(db, series, repeat, **start):
         return False
     return finish_repeat(db, series, repeat, feedback, span_ms=span_ms)

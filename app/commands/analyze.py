@@ -76,20 +76,6 @@ def load_inputs(
         raise UsageError(str(exc)) from exc
 
 
-def load_pairing(args: argparse.Namespace, experiment_id: str | None) -> list[dict[str, Any]]:
-    """The stored pairing of the experiment's paired finals (none for an outcomes file)."""
-    from engine.analysis.pairing import pairing_table
-    from storage.db import open_db
-
-    if args.outcomes or experiment_id is None:
-        return []
-    db = open_db(args.db, readonly=True)
-    try:
-        return pairing_table(db, experiment_id)
-    finally:
-        db.conn.close()
-
-
 def render(report: dict[str, Any]) -> str:
     """The analysis tables, then the rubric views when the outcomes came from the store."""
     from app.commands.rubric import render_report
@@ -123,7 +109,6 @@ def run(args: argparse.Namespace) -> int:
                                                fail_flags=tuple(args.fail_flag),
                                                without_intervened=args.without_intervened))
     report["rubric"] = rubric
-    report["pairing"] = load_pairing(args, outcomes.experiment_id)
     report["paired"] = paired
     report = clean(report)  # stored names and flags, safe in a terminal and in exports
     if args.figures:

@@ -172,3 +172,27 @@ async def test_a_preview_on_few_cores_starts_nothing_ahead() -> None:
     assert ahead(LocalBackend(gpus=None)) is not few
     assert ahead(LocalBackend(gpus=None, preview_ahead=True)) is True
     assert ahead(LocalBackend(gpus=None, preview_ahead=False)) is False
+
+
+@pytest.mark.slow
+async def test_a_request_naming_its_slot_waits_for_it_while_others_take_any() -> None:
+    import socket
+
+    backend = LocalBackend(
+        gpus=None,
+        preview_slots=2,
+        preload_dsls=False,
+        config=EvalConfig(timeout_s=2.0, memory_limit_mb=3072),
+    )
+    try:
+        held = await backend._queue().acquire("cpu0")  # cpu0 busy (as with another grading)
+        host = socket.gethostname()
+        pinned = asyncio.create_task(
+            backend.grade(GradeRequest("p28", "cute", HONEST, slot=f"{host}:cpu0"))
+        )
+        anyone = await backend.grade(GradeRequest("p28", "cute", HONEST))
+        assert anyone.host == f"{host}:cpu1" and not pinned.done()  # it waited for cpu0
+        backend._queue().release(held)
+        assert (await pinned).host == f"{host}:cpu0"
+    finally:
+        await backend.close()

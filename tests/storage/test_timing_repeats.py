@@ -103,3 +103,38 @@ def test_paired_rows_are_not_an_attempts_finals(db) -> None:  # noqa: ANN001
     repeats.record_repeat(db, "final:7:1", 1, fb("pass", 1.0), **start, attempt_id=None)
     repeats.record_repeat(db, "pair:e:3:baseline", 1, fb("pass", 1.0), **start)
     assert set(repeats.experiment_finals(db, "e")) == {7}  # no crash on the pair: series
+
+
+def test_m008_fills_the_slot_and_span_of_stored_repeats(tmp_path: Path) -> None:
+    import json
+
+    from sqlite_utils import Database
+
+    from storage.migrations import migrations
+
+    db = Database(tmp_path / "old.sqlite")
+    migrations.apply(db, stop_before="m008_add_repeat_pairing")
+    feedback = {"verdict": "pass", "host": "node7:gpu3"}
+    spans = {**feedback, "clock": {"breakdown": {"submission": {"span_ms": 0.25}}}}
+    for n, data in enumerate((feedback, spans, {**spans, "host": 7}, None), start=1):
+        db.execute(
+            "INSERT INTO timing_repeats (series, repeat, kind, problem_id, dsl, source_hash, "
+            "state, started_at, feedback_json) VALUES ('noise:x', ?, 'noise', 'p28', 'cute', "
+            "'h', 'done', 't', ?)",
+            [n, None if data is None else json.dumps(data)],
+        )
+    db.execute("INSERT INTO timing_repeats (series, repeat, kind, problem_id, dsl, "
+               "source_hash, started_at, feedback_json) VALUES ('noise:y', 1, 'noise', 'p28', "
+               "'cute', 'h', 't', 'not json')")  # fmt: skip
+    migrations.apply(db)
+    rows = db.execute(
+        "SELECT series, repeat, slot, span_ms, pair_key, arm FROM timing_repeats "
+        "ORDER BY series, repeat"
+    ).fetchall()
+    assert rows == [
+        ("noise:x", 1, "node7:gpu3", None, None, None),
+        ("noise:x", 2, "node7:gpu3", 0.25, None, None),
+        ("noise:x", 3, "7", 0.25, None, None),
+        ("noise:x", 4, "", None, None, None),
+        ("noise:y", 1, "", None, None, None),
+    ]
