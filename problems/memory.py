@@ -28,7 +28,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from problems.compare import ANCHOR_DTYPES, leaves, promote, reference_numerics
+from problems.compare import ANCHOR_DTYPES, is_discrete, leaves, promote, reference_numerics
 from problems.spec import Problem
 
 CONTEXT_BYTES = 600e6  # one process's CUDA context with torch's kernels loaded
@@ -44,10 +44,20 @@ class TraceBudgetExceeded(RuntimeError):
     """Tracing a reference took longer than its budget."""
 
 
+def _storage_bytes(values: Any) -> list[float]:
+    """Per tensor leaf of ``values``: its storage's bytes, 0 for a storage met before."""
+    seen: set[int] = set()
+    sizes = []
+    for t in leaves([values]):
+        if isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            sizes.append(0.0 if storage._cdata in seen else float(storage.nbytes()))
+            seen.add(storage._cdata)
+    return sizes
+
+
 def _bytes(values: Any) -> float:
-    return float(
-        sum(t.untyped_storage().nbytes() for t in leaves([values]) if isinstance(t, torch.Tensor))
-    )
+    return sum(_storage_bytes(values))
 
 
 class _Tracer(TorchDispatchMode):
@@ -145,6 +155,7 @@ class DrawSizes:
     anchor_outputs: float  # the anchor's outputs (float64)
     reference_peak: float  # one reference run beyond its inputs, its outputs included
     anchor_peak: float  # one anchor run beyond its promoted inputs, its outputs included
+    largest_output: int  # elements of the largest output compared in float64 (bounds a chunk)
 
 
 def draw_sizes(
@@ -157,27 +168,36 @@ def draw_sizes(
     with _Tracer(budget_s, inputs):
         promoted = promote(inputs)
     tensors = [t for t in leaves(list(inputs)) if isinstance(t, torch.Tensor)]
-    in_leaves = [float(t.untyped_storage().nbytes()) for t in tensors]
+    in_leaves = _storage_bytes(inputs)
     pr_leaves = [
         b * 8 / t.element_size() if t.dtype in ANCHOR_DTYPES else b
         for t, b in zip(tensors, in_leaves)
     ]
     inplace = {problem.inputs.index(name) for name in problem.inplace.values()}
     inplace_bytes = sum(_bytes(inputs[j]) for j in inplace)
-    v_peak, v_out = _reference_peak(problem, inputs, budget_s)
-    z_peak, z_out = _reference_peak(problem, promoted, budget_s)
+    v_peak, v_out, out_leaves = _reference_peak(problem, inputs, budget_s)
+    z_peak, z_out, _ = _reference_peak(problem, promoted, budget_s)
+    largest = max(
+        (
+            t.numel()
+            for t in out_leaves
+            if isinstance(t, torch.Tensor) and not is_discrete(t.dtype)
+        ),
+        default=0,
+    )
     return DrawSizes(
-        sum(in_leaves), inplace_bytes, pr_leaves, in_leaves, v_out, z_out, v_peak, z_peak
+        sum(in_leaves), inplace_bytes, pr_leaves, in_leaves, v_out, z_out, v_peak, z_peak, largest
     )
 
 
-def _reference_peak(problem: Problem, inputs: list[Any], budget_s: float) -> tuple[float, float]:
-    """(peak bytes of one reference run beyond its inputs, bytes of its outputs)."""
+def _reference_peak(
+    problem: Problem, inputs: list[Any], budget_s: float
+) -> tuple[float, float, list[Any]]:
+    """(peak bytes of one reference run beyond its inputs, bytes of its outputs, the output
+    leaves as meta tensors)."""
     with _Tracer(budget_s, inputs) as counter, reference_numerics():
         out = problem.reference(*inputs)
-        out_bytes = _bytes(out)
-        del out
-    return float(counter.peak), out_bytes
+    return float(counter.peak), _bytes(out), [_meta(t) for t in leaves([out])]
 
 
 # -- the plan: what each process holds on the card, phase by phase ----------------------------
@@ -205,12 +225,19 @@ def judge_peak(sizes: DrawSizes, device: str = "cuda") -> float:
     eager = draw
     v_run = sizes.inputs + sizes.reference_peak
     z_run = max(promotion_peak(sizes), sum(sizes.promoted) + sizes.anchor_peak)
-    compare = 0.0
+    compare = compare_workspace(sizes)
     if device == "cpu":
         v_run += draw
         z_run += draw + sizes.outputs
-        compare = draw + sizes.outputs + sizes.anchor_outputs
-    return max(call, eager, v_run, z_run, compare) + COMPARE_WORKSPACE_BYTES
+        compare += draw + sizes.outputs + sizes.anchor_outputs
+    return max(call, eager, v_run, z_run, compare)
+
+
+def compare_workspace(sizes: DrawSizes) -> float:
+    """The judge's workspace for one compared chunk (no larger than the largest output)."""
+    return COMPARE_WORKSPACE_BYTES * min(sizes.largest_output, COMPARE_CHUNK_ELEMENTS) / (
+        COMPARE_CHUNK_ELEMENTS
+    )
 
 
 def runner_peak(sizes: DrawSizes) -> float:
