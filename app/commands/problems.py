@@ -36,6 +36,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_arguments(p_check)
     p_check.set_defaults(func=check_handler)
 
+    p_memory = sub.add_parser(
+        "memory",
+        help="each problem's planned GPU memory (judge, runner) and whether it fits a card",
+        description="Each problem's planned GPU memory for one grading (the judge, the "
+        "runner, the grading's peak on one card, CUDA contexts included), computed from the "
+        "draws' shapes and dtypes without a GPU, and whether it fits a card of --gpu-memory "
+        "GB with the headroom kept free. Exit status 1 when a problem does not fit.",
+    )
+    p_memory.add_argument("ids", nargs="*", help="problems (default: all)")
+    p_memory.add_argument(
+        "--gpu-memory", type=float, default=80.0, metavar="GB", help="the card's size (80)"
+    )
+    p_memory.add_argument("--scale", choices=("full", "smoke"), default="full")
+    p_memory.add_argument("--json", action="store_true", help="print JSON")
+    p_memory.set_defaults(func=memory_handler)
+
     p_compare = sub.add_parser(
         "compare", help="compare our references with a local checkout of upstream MetaKernelBench"
     )
@@ -177,6 +193,22 @@ def check_handler(args: argparse.Namespace) -> int:
         return run_from_args(args)
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc.args[0] if exc.args else exc)) from None
+
+
+def memory_handler(args: argparse.Namespace) -> int:
+    from problems.memory_table import format_row, memory_rows, summary
+
+    if args.gpu_memory <= 0:
+        raise UsageError("--gpu-memory must be a positive number of GB")
+    selection = _selection(args.ids)
+    _warn_broken(selection)
+    progress = None if args.json else (lambda row: print(format_row(row), flush=True))
+    rows = memory_rows(selection.problems, args.gpu_memory, args.scale, progress)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+    else:
+        print(summary(rows, args.gpu_memory, args.scale))
+    return 1 if any(r.fits is False for r in rows) else 0
 
 
 def compare_handler(args: argparse.Namespace) -> int:

@@ -10,15 +10,15 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from app.cli import main as mkb
-from problems.memory import CONTEXT_BYTES, _LiveBytes, memory_need
+from problems.memory import CONTEXT_BYTES, _Tracer, judge_peak, memory_need
 from problems.registry import get
 from problems.sol import sol_estimate
 from problems.targets import TARGETS
 
 
 @pytest.mark.slow
-def test_live_bytes_counts_storages_once_and_frees_them() -> None:
-    with FakeTensorMode(), _LiveBytes() as counter:
+def test_the_tracer_counts_storages_once_and_frees_them() -> None:
+    with FakeTensorMode(), _Tracer() as counter:
         a = torch.empty(1000, dtype=torch.float64)  # 8,000 bytes
         view = a[10:]  # the same storage
         b = a * 2
@@ -29,16 +29,19 @@ def test_live_bytes_counts_storages_once_and_frees_them() -> None:
     assert live_with_view == 8_000 and counter.live == 0
 
 
-def test_a_traced_need_counts_inputs_anchor_and_outputs() -> None:
+def test_a_traced_plan_counts_inputs_anchor_and_outputs() -> None:
     problem = get("p28")  # add + RMSNorm: hidden [14509, 4096] bf16, residual, weight [4096]
-    need = memory_need(problem, "full")
-    assert need.method == "traced"
+    plan = memory_need(problem, "full")
+    assert plan.method == "traced" and plan.sizes is not None
     rows, hidden = problem.workload["rows"], problem.workload["hidden"]
     inputs = 2 * rows * hidden * 2 + hidden * 2
-    assert need.inputs_bytes == inputs
-    assert need.anchor_peak_bytes >= 4 * inputs  # float64 copies and their results
-    assert need.total_bytes == pytest.approx(
-        2 * inputs + need.anchor_peak_bytes + need.outputs_bytes + CONTEXT_BYTES
+    sizes = plan.sizes
+    assert sizes.inputs == inputs and sum(sizes.promoted) == 4 * inputs  # float64 copies
+    assert sizes.anchor_peak >= sizes.anchor_outputs >= 4 * sizes.outputs > 0
+    assert plan.runner_bytes == inputs + sizes.reference_peak
+    assert plan.judge_bytes == judge_peak(sizes, "cuda")
+    assert plan.total_bytes == pytest.approx(
+        plan.judge_bytes + plan.runner_bytes + 2 * CONTEXT_BYTES
     )
 
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from engine.grading.judge.output_checks import Draw
 from engine.grading.judge.state import CallFigures, Evaluation
 from engine.grading.verdict import Rejected
 
@@ -24,8 +25,8 @@ class CallEvidence:
         self,
         evaluation: Evaluation,
         figures: CallFigures,
-        call: Callable[[int], tuple[Any, list[Any]]],
-        check_anchor: Callable[[Any, list[Any], str, int], bool],
+        call: Callable[[int], Draw],
+        check_anchor: Callable[[Draw, str, int], bool],
     ) -> None:
         self.evaluation = evaluation
         self.figures = figures
@@ -173,14 +174,14 @@ class CallEvidence:
         seed = self.evaluation.job["seeds"]["bypass"]
         runner.switch[0] = 1
         try:
-            out, pristine = self.call(seed)
+            draw = self.call(seed)
         except Rejected as exc:
             if exc.code in BYPASS_FAILURES:
                 return "outputs_failed"
             raise
         finally:
             runner.switch[0] = 0
-        return "still_valid" if self.check_anchor(out, pristine, "bypass", 0) else "outputs_failed"
+        return "still_valid" if self.check_anchor(draw, "bypass", 0) else "outputs_failed"
 
 
 def _int(value: Any) -> int:

@@ -34,7 +34,7 @@ from engine.grading.judge.breakdown import CallBreakdown
 from engine.grading.judge.clock import JudgeClock
 from engine.grading.judge.eager import EagerPhase
 from engine.grading.judge.evidence import CallEvidence, _int
-from engine.grading.judge.output_checks import Expected, OutputChecks
+from engine.grading.judge.output_checks import Draw, Expected, OutputChecks
 from engine.grading.judge.prepared import Prepared
 from engine.grading.judge.runner_proc import (
     RunnerDied,
@@ -153,9 +153,10 @@ class Judge:
         evaluation.phase("correctness")
         start = _monotonic()
         for i, seed in enumerate(evaluation.job["seeds"]["correctness"]):
-            out, pristine = self.call(seed)
-            if not self.checks.check_anchor(out, pristine, "correctness", i):
+            draw = self.call(seed)
+            if not self.checks.check_anchor(draw, "correctness", i):
                 raise self.checks.rejection_for("correctness")
+            del draw  # not held while the next draw is made
         evaluation.timed("correctness", start)
 
     def timed_calls(self, runner: RunnerProcess, expected: dict[int, Expected]) -> None:
@@ -166,8 +167,7 @@ class Judge:
         evaluation.phase("warmup")
         start = _monotonic()
         for i, seed in enumerate(seeds["warmup"]):
-            out, _ = self.call(seed, warm=warm)
-            checks.check_sampled(out, expected[seed], "warmup", i)
+            checks.check_sampled(self.call(seed, warm=warm).out, expected[seed], "warmup", i)
         evaluation.timed("warmup", start)
 
         evaluation.phase("timing")
@@ -175,10 +175,11 @@ class Judge:
         start = _monotonic()
         rechecks = set(evaluation.job.get("recheck", []))
         for i, seed in enumerate(seeds["timed"]):
-            out, pristine = self.call(seed, timed=True, warm=warm)
-            checks.check_sampled(out, expected[seed], "timed", i)
-            if i in rechecks and not checks.check_anchor(out, pristine, "recheck", i):
+            draw = self.call(seed, timed=True, warm=warm)
+            checks.check_sampled(draw.out, expected[seed], "timed", i)
+            if i in rechecks and not checks.check_anchor(draw, "recheck", i):
                 raise checks.rejection_for("recheck")
+            del draw  # not held while the next draw is made
         evaluation.timed("timing", start)
         start = _monotonic()
         self.clock.settle_timing()  # with the submission's profiled breakdown
@@ -293,9 +294,9 @@ class Judge:
         return fd
 
     # -- one call ---------------------------------------------------------------------------
-    def call(self, seed: int, timed: bool = False, warm: bool = False) -> tuple[Any, list[Any]]:
-        """Run one call in the runner; returns (judge-owned outputs, pristine inputs). ``warm``:
-        an untimed call on the previous inputs first (EvalConfig.warm_calls)."""
+    def call(self, seed: int, timed: bool = False, warm: bool = False) -> Draw:
+        """Run one call in the runner; returns the judge-owned outputs and the pristine
+        inputs. ``warm``: an untimed call on the previous inputs first (EvalConfig.warm_calls)."""
         evaluation = self.evaluation
         runner = evaluation.runner
         assert runner is not None
@@ -325,7 +326,7 @@ class Judge:
         self.evidence.check_evidence(reply, judge_ms, report_ms, timed)
         out = self.checks.check_memory(out, described, shipment, inputs)
         self.checks.check_stable(out, described)
-        return out, inputs
+        return Draw(out, inputs)
 
     def fetch_outputs(self) -> tuple[Any, list[dict[str, Any]], dict[str, Any], float]:
         """Ask the runner where the last outputs lie: judge-owned copies of them, their

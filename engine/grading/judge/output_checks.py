@@ -10,12 +10,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.grading.judge import anchor
+from engine.grading.judge.anchor import equal_bytes, stand_ins, to_host
 from engine.grading.judge.state import Evaluation
 from engine.grading.verdict import Rejected
 
 SAMPLE_FULL = 1 << 16  # leaves up to this many elements are kept whole for the timed checks
 SAMPLE_POSITIONS = 4096  # otherwise this many secret positions
 TIMED_BOUND_FACTOR = 2.0  # |u − v| ≤ 2 · max allowance of the correctness draws (≥ 4/3 needed)
+
+
+@dataclass
+class Draw:
+    """One call's inputs (the judge's pristine copy) and the judge's copy of its outputs.
+    The caller keeps only this object, so that :meth:`OutputChecks.check_anchor` can move
+    both to the host and free their device memory before the references run."""
+
+    out: Any
+    inputs: list[Any]
 
 
 @dataclass
@@ -106,7 +118,7 @@ class OutputChecks:
             if slot in declared:
                 updated[declared[slot]] = live.clone()
                 continue
-            if not torch.equal(live, pristine):
+            if not equal_bytes(live, pristine):
                 name = problem.inputs[slot]
                 raise Rejected("correctness.input_mutated", f"input {name} was modified")
         if not updated:
@@ -145,21 +157,23 @@ class OutputChecks:
         for leaf, now in zip(leaves(out), again):
             if now is None or not isinstance(leaf, torch.Tensor):
                 continue
-            first = raw_bytes(leaf)
-            if first.numel() != now.numel() or not torch.equal(first, now):
+            if not equal_bytes(raw_bytes(leaf), now):
                 raise Rejected(
                     "timing.deferred_work",
                     "an output changed after the runner reported the call done",
                 )
 
     # -- comparisons --------------------------------------------------------------------------
-    def check_anchor(self, out: Any, pristine: list[Any], kind: str, index: int) -> bool:
-        """The whole output against the float64 anchor; records the draw."""
-        from problems.compare import check_outputs, reference_and_anchor
-
-        problem = self.evaluation.problem
-        v, z = reference_and_anchor(problem.reference, pristine)
-        ok, structure, leaf_checks = check_outputs(out, v, z)
+    def check_anchor(self, draw: Draw, kind: str, index: int) -> bool:
+        """The whole output against the float64 anchor; records the draw. The draw moves to
+        the host first (:mod:`.anchor`: only the reference runs and the compared chunks are
+        on the device)."""
+        problem, device = self.evaluation.problem, self.evaluation.device
+        shapes = stand_ins(draw.out)
+        draw.out, draw.inputs = to_host(draw.out), to_host(draw.inputs)
+        ok, structure, leaf_checks = anchor.check_anchor(
+            problem.reference, draw.out, shapes, draw.inputs, device
+        )
         names = problem.outputs
         if kind == "correctness":
             for c in leaf_checks:

@@ -326,10 +326,12 @@ class Transport:
         return self.importer.view(desc.get("handle"), offset, nbytes).clone()  # type: ignore[arg-type]
 
     def reread(self, desc: dict[str, Any]) -> torch.Tensor | None:
-        """The live bytes of a CUDA output leaf, read again (None for CPU leaves)."""
+        """The live bytes of a CUDA output leaf (a view into the runner's allocation, no
+        copy: the stability check reads it once), or None for CPU leaves."""
         if desc.get("device") != "cuda" or not desc.get("nbytes"):
             return None
-        return self._cuda_bytes(desc, desc["nbytes"])
+        assert self.importer is not None
+        return self.importer.view(desc.get("handle"), desc.get("ipc_offset"), desc["nbytes"])  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.buffers = []
