@@ -16,7 +16,6 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from engine.grading.judge import placement
@@ -28,7 +27,7 @@ from engine.grading.judge.runner_proc import (
     RunnerProcess,
     RunnerTimeout,
 )
-from engine.grading.judge.state import MAX_ERROR_CHARS, Evaluation
+from engine.grading.judge.state import MAX_ERROR_CHARS, Evaluation, Prepared
 from engine.grading.verdict import (
     Crashed,
     Evidence,
@@ -64,15 +63,6 @@ def runner_options(job: dict[str, Any]) -> RunnerOptions:
         jail=not job.get("unsafe_no_jail", False),
         memory_limit_mb=job.get("memory_limit_mb") or job.get("rss_limit_mb"),
     )
-
-
-@dataclass
-class Prepared:
-    """What a judge started ahead of its job takes off the job's clock: the CUDA context
-    and a reference runner (forked first, CUDA ready, not yet given a problem)."""
-
-    device: str
-    reference: RunnerProcess
 
 
 def prepare(device: str) -> Prepared:

@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.grading.judge import placement
 from engine.grading.judge.breakdown import CallBreakdown
@@ -41,11 +41,8 @@ from engine.grading.judge.runner_proc import (
     RunnerProcess,
     RunnerTimeout,
 )
-from engine.grading.judge.state import MAX_ERROR_CHARS, CallFigures, Evaluation
+from engine.grading.judge.state import MAX_ERROR_CHARS, CallFigures, Evaluation, Prepared
 from engine.grading.verdict import InfrastructureError, Passed, Rejected
-
-if TYPE_CHECKING:
-    from engine.grading.judge.job import Prepared
 
 _monotonic = time.monotonic
 

@@ -24,6 +24,15 @@ MAX_ERROR_CHARS = 2000
 _monotonic = time.monotonic
 
 
+@dataclass
+class Prepared:
+    """What a judge started ahead of its job takes off the job's clock: the CUDA context
+    and a reference runner (forked first, CUDA ready, not yet given a problem)."""
+
+    device: str
+    reference: RunnerProcess
+
+
 class Sender(Protocol):
     """Where the judge's messages go (:class:`engine.grading.judge.job.Channel`)."""
 
