@@ -94,6 +94,10 @@ def test_a_harvest_takes_no_link_fifo_or_second_name(tmp_path: Path) -> None:
 def test_nothing_is_kept_when_off_or_empty(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(cc.ENV_ROOT, "off")
     assert cc.cache_root() is None
+    monkeypatch.delenv(cc.ENV_ROOT)
+    assert cc.cache_root() is None  # off unless a folder is named
+    monkeypatch.setenv(cc.ENV_ROOT, str(tmp_path / "cache"))
+    assert cc.cache_root() == tmp_path / "cache"
     (tmp_path / "empty").mkdir()
     assert not cc.harvest(tmp_path / "cache", "e" * 64, tmp_path / "empty")
     assert not (tmp_path / "cache" / ("e" * 64)).exists()

@@ -11,7 +11,7 @@ own on-disk cache writes (CuTe's file cache, pointed into the runner's workdir a
   its runner is dead: regular files of that workdir folder, never followed through a link,
   never a file with other names (hard links), at most 32 MiB an entry and 8 GiB in all
   (:func:`harvest`; entries are never removed: delete the folder to reclaim the space);
-* it lies outside every jail (``$MKB_COMPILE_CACHE``, default ``~/.cache/mkb/compile``), is
+* it lies outside every jail (``$MKB_COMPILE_CACHE``, a folder; off when unset), is
   written once (a folder renamed into place; a second writer's copy is dropped) and its
   archive's sha256 is checked on every load (:func:`deliver`);
 * a runner receives a private copy (a memfd of the archive) at its import, unpacked into its
@@ -39,7 +39,7 @@ from pathlib import Path
 from engine.grading.runner.compiled import COMPILE_DIR
 
 RUNNER_DIR = COMPILE_DIR  # where a runner's DSL caches write, in its workdir
-ENV_ROOT = "MKB_COMPILE_CACHE"  # a folder, or "off"
+ENV_ROOT = "MKB_COMPILE_CACHE"  # a folder turns it on; unset, empty or "off": off
 ARCHIVE = "entry.tar"
 DIGEST = "entry.sha256"
 MAX_BYTES = 32 * 2**20  # one entry (a CuTe kernel's cache file is a few hundred kB)
@@ -49,11 +49,13 @@ TOOLCHAIN = ("torch", "nvidia-cutlass-dsl", "apache-tvm", "tvm", "tvm-ffi", "apa
 
 
 def cache_root() -> Path | None:
-    """Where entries are kept, or None when the cache is off."""
+    """Where entries are kept, or None when the cache is off (the default: whether the DSLs'
+    caches load back correctly in a jailed GPU runner is not measured yet, and a kept entry
+    that failed to load would fail a grading for the grader's reason)."""
     value = os.environ.get(ENV_ROOT, "")
-    if value.lower() in ("off", "0", "none"):
+    if value.lower() in ("", "off", "0", "none"):
         return None
-    return Path(value) if value else Path.home() / ".cache" / "mkb" / "compile"
+    return Path(value)
 
 
 def toolchain() -> dict[str, str]:
