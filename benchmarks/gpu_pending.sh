@@ -20,14 +20,15 @@
 #   validate   the 14 reference solutions and the two controls (ARCHS, target check) (~250 s)
 #   solutions  experiments/solutions.toml on the GPU, then its bundle (solutions.mkb) (~7 min)
 #   regrade    in a later lease: mkb regrade of that bundle (carry it back in)      (~7 min)
-#   throughput solutions.toml's 28 gradings and 20 of p28_tirx back to back through the
-#              local backend, two clients: gradings per minute, runner_wait, compile  (< 5 min)
+#   throughput solutions.toml's 28 gradings and 20 of p28 (CuTe, TIRx) back to back through the
+#              local backend, two clients, the compile cache on: gradings per minute,
+#              runner_wait, compile time first vs later                           (< 5 min)
 set -euo pipefail
 STEP=${1:?usage: $0 STEP OUT (or: $0 list)}
 OUT=${2:-}
 S=problems/solutions
 if [ "$STEP" = list ]; then
-  sed -n '10,24p' "$0" | sed 's/^#//'
+  sed -n '10,25p' "$0" | sed 's/^#//'
   exit 0
 fi
 : "${OUT:?OUT is required}"
@@ -59,7 +60,8 @@ case "$STEP" in
     python3 -m app.cli bundle verify "$BUNDLE"
     python3 -m app.cli regrade "$BUNDLE" --device cuda --db "$OUT/regrade.sqlite" > "$OUT/regrade.txt" ;;
   throughput)
-    timeout 295 python3 benchmarks/grading_throughput.py "$OUT/throughput.jsonl" --device cuda \
+    MKB_COMPILE_CACHE=/tmp/mkb-compile-cache \
+      timeout 295 python3 benchmarks/grading_throughput.py "$OUT/throughput.jsonl" --device cuda \
       --budget-s 200 ;;
   *) echo "unknown step $STEP ($0 list)" >&2; exit 2 ;;
 esac

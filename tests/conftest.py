@@ -14,8 +14,8 @@ import pytest
 # torch's default, one spinning OpenMP thread per core, makes two xdist workers on two cores
 # fight: the catalog's smoke checks of three problems took 17 s of CPU with 2 threads, 8 s with 1.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# compiled DSL modules kept per source (engine/grading/judge/compile_cache.py): a folder of this
-# test process's own, never the user's ~/.cache
+# compiled DSL modules kept per source (engine/grading/judge/compile_cache.py, off unless a
+# folder is named): on in the suite, in a folder of this test process's own
 os.environ.setdefault("MKB_COMPILE_CACHE", tempfile.mkdtemp(prefix="mkb-test-compile-"))
 
 

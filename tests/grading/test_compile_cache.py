@@ -15,7 +15,7 @@ HONEST = Path(__file__).parent / "fixtures" / "honest" / "p28_plain.py"
 TOOLS = {"python": "3.12.0", "host": "h", "torch": "2.11"}
 # a p28 submission that leaves a file where the DSL caches write, and fails if it finds one
 # there at import: it fails exactly when an earlier grading's folder reached its runner
-MARKING = '''
+MARKING = """
 from pathlib import Path
 
 _MARK = Path(".mkb-compile/marker")
@@ -23,7 +23,7 @@ if _MARK.exists():
     raise RuntimeError("compiled by an earlier grading: " + _MARK.read_text())
 _MARK.parent.mkdir(parents=True, exist_ok=True)
 _MARK.write_text("{tag}")
-'''
+"""
 
 
 def test_the_key_changes_with_the_source_dsl_device_and_toolchain() -> None:
@@ -94,9 +94,19 @@ def test_a_harvest_takes_no_link_fifo_or_second_name(tmp_path: Path) -> None:
 def test_nothing_is_kept_when_off_or_empty(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(cc.ENV_ROOT, "off")
     assert cc.cache_root() is None
+    monkeypatch.delenv(cc.ENV_ROOT)
+    assert cc.cache_root() is None  # off unless a folder is named
+    monkeypatch.setenv(cc.ENV_ROOT, str(tmp_path / "cache"))
+    assert cc.cache_root() == tmp_path / "cache"
     (tmp_path / "empty").mkdir()
     assert not cc.harvest(tmp_path / "cache", "e" * 64, tmp_path / "empty")
     assert not (tmp_path / "cache" / ("e" * 64)).exists()
+    # past the bound on all entries together, a new one is not kept (the disk is not filled)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "kernel.bin").write_bytes(b"x" * 1000)
+    assert cc.harvest(tmp_path / "cache", "f" * 64, tmp_path / "work")
+    monkeypatch.setattr(cc, "MAX_TOTAL_BYTES", 2000)
+    assert not cc.harvest(tmp_path / "cache", "g" * 64, tmp_path / "work")
 
 
 def test_a_source_reuses_its_own_folder_and_another_source_never_sees_it(

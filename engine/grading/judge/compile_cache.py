@@ -9,8 +9,9 @@ own on-disk cache writes (CuTe's file cache, pointed into the runner's workdir a
   host (:func:`entry_key`): another source, DSL, GPU kind or toolchain never finds the entry;
 * an entry is written by the trusted judge only, after a *jailed* grading that passed and after
   its runner is dead: regular files of that workdir folder, never followed through a link,
-  never a file with other names (hard links), within size bounds (:func:`harvest`);
-* it lies outside every jail (``$MKB_COMPILE_CACHE``, default ``~/.cache/mkb/compile``), is
+  never a file with other names (hard links), at most 32 MiB an entry and 8 GiB in all
+  (:func:`harvest`; entries are never removed: delete the folder to reclaim the space);
+* it lies outside every jail (``$MKB_COMPILE_CACHE``, a folder; off when unset), is
   written once (a folder renamed into place; a second writer's copy is dropped) and its
   archive's sha256 is checked on every load (:func:`deliver`);
 * a runner receives a private copy (a memfd of the archive) at its import, unpacked into its
@@ -22,6 +23,7 @@ runners of that same source (docs/grading.md, "Compile once per source").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -37,20 +39,23 @@ from pathlib import Path
 from engine.grading.runner.compiled import COMPILE_DIR
 
 RUNNER_DIR = COMPILE_DIR  # where a runner's DSL caches write, in its workdir
-ENV_ROOT = "MKB_COMPILE_CACHE"  # a folder, or "off"
+ENV_ROOT = "MKB_COMPILE_CACHE"  # a folder turns it on; unset, empty or "off": off
 ARCHIVE = "entry.tar"
 DIGEST = "entry.sha256"
-MAX_BYTES = 256 * 2**20
+MAX_BYTES = 32 * 2**20  # one entry (a CuTe kernel's cache file is a few hundred kB)
 MAX_FILES = 4096
+MAX_TOTAL_BYTES = 8 * 2**30  # all entries: past it, nothing more is kept
 TOOLCHAIN = ("torch", "nvidia-cutlass-dsl", "apache-tvm", "tvm", "tvm-ffi", "apache-tvm-ffi")
 
 
 def cache_root() -> Path | None:
-    """Where entries are kept, or None when the cache is off."""
+    """Where entries are kept, or None when the cache is off (the default: whether the DSLs'
+    caches load back correctly in a jailed GPU runner is not measured yet, and a kept entry
+    that failed to load would fail a grading for the grader's reason)."""
     value = os.environ.get(ENV_ROOT, "")
-    if value.lower() in ("off", "0", "none"):
+    if value.lower() in ("", "off", "0", "none"):
         return None
-    return Path(value) if value else Path.home() / ".cache" / "mkb" / "compile"
+    return Path(value)
 
 
 def toolchain() -> dict[str, str]:
@@ -111,13 +116,23 @@ def _regular_files(folder: Path) -> list[tuple[str, bytes]] | None:
     return found
 
 
+def kept_bytes(root: Path) -> int:
+    """The size of every entry's archive under ``root``."""
+    total = 0
+    if root.is_dir():
+        for entry in os.scandir(root):
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(entry.path, ARCHIVE)).st_size
+    return total
+
+
 def harvest(root: Path, key: str, folder: Path) -> bool:
     """Keep what a dead runner's DSL caches wrote under ``folder`` as the entry ``key``
     (only if there is none yet); whether an entry was written."""
     if (root / key).exists() or not folder.is_dir() or folder.is_symlink():
         return False
     files = _regular_files(folder)
-    if not files:
+    if not files or kept_bytes(root) + sum(len(data) for _, data in files) > MAX_TOTAL_BYTES:
         return False
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
