@@ -89,10 +89,11 @@ test: $(STAMP) system-deps test-system-deps
 test-fast: $(STAMP) system-deps
 	$(call run_tiers, and not slow,--durations=5)
 
-# ruff's linter only: the tree is not held to `ruff format` (problem files and fixtures keep
-# the layout their recorded hashes and line-numbered findings were taken from)
+# ruff's linter and the import contracts: the tree is not held to `ruff format` (problem files
+# and fixtures keep the layout their recorded hashes and line-numbered findings were taken from)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

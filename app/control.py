@@ -45,7 +45,7 @@ def user() -> str:
 
 def new_token() -> tuple[str, str]:
     """A control token for the browser view and its sha256 (what the served tabs get)."""
-    token = secrets.token_urlsafe(18)
+    token = secrets.token_hex(16)  # easy to type and paste: 128 bits
     return token, hashlib.sha256(token.encode()).hexdigest()
 
 

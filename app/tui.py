@@ -36,6 +36,7 @@ from engine.events import Area, Event, EventBus, area_of
 from screens.attempt_detail import AttemptDetailScreen
 from screens.attempts import AttemptsScreen
 from screens.base import ChangeCollector, Changes
+from screens.experiments import ExperimentsScreen
 from screens.help import HelpScreen
 from screens.launch import LaunchScreen
 from screens.lift import LiftScreen
@@ -44,8 +45,8 @@ from screens.palette import JumpProvider
 from screens.rubric import RubricScreen
 from screens.transfer import TransferScreen
 from storage import queries, writes
-from storage.db import open_db, resolve_path
-from storage.readers import ThreadReaders
+from storage.db import resolve_path
+from storage.readers import ReadOnlyReader
 from storage.run_locks import ExperimentBusyError
 from storage.sanitize import clean, clean_text
 
@@ -53,14 +54,6 @@ T = TypeVar("T")
 ENGINE_SHUTDOWN_S = 30.0  # how long quitting waits for running attempts to be cancelled
 TYPEAHEAD_S = 1.0  # keys typed up to this long before a mode switch took effect follow it
 SCREENS_DIR = Path(__file__).resolve().parents[1] / "screens"
-
-
-class ReadOnlyReader(ThreadReaders):
-    """Per-thread read-only connections to a database another process writes."""
-
-    def __init__(self, path: Path) -> None:
-        open_db(path, readonly=True).conn.close()  # validates the file (never modifies it)
-        super().__init__(path, readonly=True)
 
 
 class ReadOnlyError(RuntimeError):
@@ -111,6 +104,7 @@ class MkbApp(App[int]):
         "rubric": RubricScreen,
     }
     DEFAULT_MODE = "attempts"
+    SCREENS: ClassVar[dict[str, Any]] = {"experiments": ExperimentsScreen}  # key e, everywhere
     COMMANDS = App.COMMANDS | {JumpProvider}
     # the mode keys are shown in the title bar (AppBar), so the footer keeps its room for
     # the keys of the screen on top

@@ -13,7 +13,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Input, Label
+from textual.widgets import Button, Input, Label, OptionList
+from textual.widgets.option_list import Option
 
 # action → (key, footer title, what the dialog asks, destroys work)
 ACTIONS: dict[str, tuple[str, str, str, bool]] = {
@@ -30,9 +31,59 @@ NEEDS_REASON = ("exclude", "include")
 
 
 def action_bindings(prefix: str) -> list[BindingType]:
-    """The action keys, shown in the footer and the help (ids ``<prefix>.<action>``)."""
-    return [Binding(key, f"act('{action}')", title, id=f"{prefix}.{action}")
-            for action, (key, title, _, _) in ACTIONS.items()]
+    """The action keys (ids ``<prefix>.<action>``): ``a`` in the footer opens the list of
+    actions; each action's own key is in the help and that list (a 100-column footer has
+    no room for six more keys)."""
+    return [
+        Binding("a", "act_menu", "Act", id=f"{prefix}.actions"),
+        *(Binding(key, f"act('{action}')", title, show=False, id=f"{prefix}.{action}")
+          for action, (key, title, _, _) in ACTIONS.items()),
+    ]
+
+
+def key_label(key: str) -> str:
+    return {"minus": "-", "plus": "+"}.get(key, key)
+
+
+class ActionMenu(ModalScreen[str | None]):
+    """The actions on one attempt, each with its key; enter picks one."""
+
+    DEFAULT_CSS = """
+    ActionMenu { align: center middle; }
+    ActionMenu > Vertical { width: 72; height: auto; border: thick $primary;
+                            background: $surface; padding: 0 1; }
+    ActionMenu OptionList { height: auto; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Cancel", id="action_menu.cancel"),
+    ]
+
+    def __init__(self, attempt_id: int) -> None:
+        super().__init__()
+        self.attempt_id = attempt_id
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"Attempt {self.attempt_id}: act")
+            yield OptionList(*(Option(f"{key_label(key):>2}  {title:8} {what}", id=action)
+                               for action, (key, title, what, _) in ACTIONS.items()))
+
+    @on(OptionList.OptionSelected)
+    def picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+
+def ask_menu(screen: Screen[Any], attempt_id: int | None) -> None:
+    """The list of actions for ``attempt_id``; the one picked is confirmed as its key is."""
+    if attempt_id is None:
+        screen.notify("no attempt selected", severity="warning")
+        return
+
+    def picked(action: str | None) -> None:
+        if action:
+            ask_action(screen, action, attempt_id)
+
+    screen.app.push_screen(ActionMenu(attempt_id), picked)
 
 
 def ask_action(screen: Screen[Any], action: str, attempt_id: int | None) -> None:

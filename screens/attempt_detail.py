@@ -23,7 +23,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, RichLog, Select, Static, TabbedContent, TabPane
 
 from screens.app_bar import AppBar
-from screens.attempt_actions import action_bindings, ask_action
+from screens.attempt_actions import action_bindings, ask_action, ask_menu
 from screens.base import Changes, LiveScreen, host
 from screens.diffs import DiffPanel, submission_text
 from screens.live_reply import ReplyTail
@@ -208,6 +208,9 @@ class AttemptDetailScreen(LiveScreen):
 
     def action_act(self, action: str) -> None:
         ask_action(self, action, self.attempt_id)
+
+    def action_act_menu(self) -> None:
+        ask_menu(self, self.attempt_id)
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

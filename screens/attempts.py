@@ -23,7 +23,7 @@ from textual.widgets.data_table import RowKey
 from textual.worker import Worker
 
 from screens.app_bar import AppBar
-from screens.attempt_actions import action_bindings, ask_action
+from screens.attempt_actions import action_bindings, ask_action, ask_menu
 from screens.base import Changes, LiveScreen, host
 from screens.cached_table import CellCachedTable
 from screens.filters import parse_filter
@@ -361,10 +361,16 @@ class AttemptsScreen(LiveScreen):
         self.page_offset = 0
         self.load()
 
+    def selected_id(self) -> int | None:
+        row = self.table.cursor_row
+        return self.rows[row].id if 0 <= row < len(self.rows) else None
+
     def action_act(self, action: str) -> None:
         """Stop, retry, extend, note, exclude or include the attempt under the cursor."""
-        row = self.table.cursor_row
-        ask_action(self, action, self.rows[row].id if 0 <= row < len(self.rows) else None)
+        ask_action(self, action, self.selected_id())
+
+    def action_act_menu(self) -> None:
+        ask_menu(self, self.selected_id())
 
     def action_reverse_sort(self) -> None:
         self.descending = not self.descending

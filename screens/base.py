@@ -136,9 +136,7 @@ class PagedScreen(Screen[None]):
 
     def action_experiments(self) -> None:
         """The store's experiments (``screens/experiments.py``): switch, compare two."""
-        from screens.experiments import ExperimentsScreen  # it builds on this module
-
-        self.app.push_screen(ExperimentsScreen())
+        self.app.push_screen("experiments")  # the App's (screens do not import each other)
 
     def action_page_main(self, direction: int) -> None:
         target = self.main_scrollable()

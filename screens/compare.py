@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from sqlite_utils import Database
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widget import Widget
@@ -23,6 +23,7 @@ from engine.analysis.text import fixed, share, signed, speed
 from screens.app_bar import AppBar
 from screens.base import Changes, LiveScreen, host
 from screens.experiment_picker import PREVIEW_STYLE, ExperimentPicker
+from screens.fit import Column, available_width, fill, fit
 from screens.lift import TUI_DRAWS
 from screens.render import VERDICT_STYLES
 
@@ -181,10 +182,17 @@ def ladder_rows(report: dict[str, Any]) -> list[list[Text]]:
     return rows
 
 
-def _fill(table: DataTable[Any], columns: Sequence[str], rows: list[list[Text]]) -> None:
-    table.clear(columns=True)
-    table.add_columns(*columns)
-    table.add_rows(rows)
+def _fill(
+    table: DataTable[Any], columns: Sequence[str], rows: list[list[Text]], flexible: int
+) -> None:
+    """Fit the table to its width as the Lift tab does: the first ``flexible`` columns (names,
+    labels) shrink with an ellipsis, the figures never."""
+    fitted = [
+        Column(f"c{i}", h, min_width=min(len(h), 8) if i < flexible else 0)
+        for i, h in enumerate(columns)
+    ]
+    layout = fit(fitted, rows, available_width(table, len(rows)))
+    fill(table, layout, [c.key for c in fitted], rows)
 
 
 class CompareScreen(LiveScreen):
@@ -262,28 +270,39 @@ class CompareScreen(LiveScreen):
             return
         self.query_one("#compare-header", Static).update(header(report))
         self.query_one("#compare-summary", Static).update(summary(report))
-        self._fill("verdicts", VERDICT_COLUMNS, verdict_rows(report))
-        self._fill("speedups", ("problem", "n", "mean log(B/A)", "ratio B/A"), speedup_rows(report))
+        self._fill("verdicts", VERDICT_COLUMNS, verdict_rows(report), flexible=4)
+        self._fill(
+            "speedups", ("problem", "n", "mean log(B/A)", "ratio B/A"), speedup_rows(report), 1
+        )
         solo = [f"{s} {HEADERS[f]}" for s in "AB" for f in SOLO_FIELDS]
         self._fill(
             "solo",
             ("model", "DSL", *solo),
             paired_rows(report, "solo", ("model", "dsl"), SOLO_FIELDS),
+            flexible=1,
         )
         lift = [f"{s} {HEADERS[f]}" for s in "AB" for f in LIFT_FIELDS]
         self._fill(
             "lift",
             ("model", "direction", "family", *lift),
             paired_rows(report, "lift", ("model", "direction", "family"), LIFT_FIELDS),
+            flexible=3,
         )
         self._fill(
             "ladder",
             ("subset", "arm", "A: R@0 R@0.5 R@1 R@2 R@4 S", "B: R@0 R@0.5 R@1 R@2 R@4 S"),
             ladder_rows(report),
+            flexible=1,
         )
 
-    def _fill(self, tab: str, columns: Sequence[str], rows: list[list[Text]]) -> None:
-        _fill(self.query_one(f"#compare-{tab}-table", DataTable), columns, rows)
+    def _fill(
+        self, tab: str, columns: Sequence[str], rows: list[list[Text]], flexible: int
+    ) -> None:
+        _fill(self.query_one(f"#compare-{tab}-table", DataTable), columns, rows, flexible)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.report is not None:
+            self.call_after_refresh(self.show)
 
     def on_changes(self, changes: Changes) -> None:
         if changes.comparisons or changes.experiments:

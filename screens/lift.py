@@ -191,10 +191,9 @@ class LiftScreen(LiveScreen):
             )
         else:
             label.append("scored")
-        label.append(
-            f" · {len(report['comparisons'])} resolved comparisons · enter: "
-            "comparisons behind a row"
-        )
+        label.append(f" · {len(report['comparisons'])} resolved comparisons")
+        label.append_text(operator_note(report))
+        label.append(" · enter: comparisons behind a row")
         if left_out := no_result_label(report.get("no_result")):
             label.append(f"\n{left_out}", style=UNGRADED_STYLE)
         banner.update(label)
@@ -283,3 +282,15 @@ class LiftScreen(LiveScreen):
                 exp, row["model"], row["direction"], row["family"], row.get("interval")
             )
         )
+
+
+def operator_note(report: dict[str, Any]) -> Text:
+    """Attempts operators excluded (how many, why) and comparisons they intervened on."""
+    note = Text()
+    exclusion = report["exclusion"]
+    if exclusion.get("excluded"):
+        why = ", ".join(exclusion.get("excluded_reasons") or {})
+        note.append(f" · {exclusion['excluded']} excluded ({why})", style="bold yellow")
+    if marked := sum(1 for c in report["comparisons"] if c.get("intervened")):
+        note.append(f" · {marked} intervened", style="yellow")
+    return note

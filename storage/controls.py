@@ -192,7 +192,10 @@ def claim(db: Database, command_id: int, owner: str) -> bool:
         "(state = 'pending' OR (state = 'applying' AND claimed_by IS NOT ?))",
         [owner, command_id, owner],
     )
-    return cur.rowcount == 1
+    if cur.rowcount != 1:
+        return False
+    _event(db, _row(db, command_id))  # the views show it taken; its time is the claim's
+    return True
 
 
 def mark(db: Database, command_id: int, state: str, outcome: str = "",

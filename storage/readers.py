@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sqlite_utils import Database
 
-from storage.db import connect
+from storage.db import connect, open_db
 
 T = TypeVar("T")
 
@@ -85,3 +85,11 @@ class ThreadReaders:
                 with contextlib.suppress(Exception):
                     db.conn.close()
             self._all.clear()
+
+
+class ReadOnlyReader(ThreadReaders):
+    """Per-thread read-only connections to a database another process writes."""
+
+    def __init__(self, path: Path) -> None:
+        open_db(path, readonly=True).conn.close()  # validates the file (never modifies it)
+        super().__init__(path, readonly=True)

@@ -95,3 +95,17 @@ async def test_browser_view_acts_only_with_its_token(
         await pilot.press("N")  # unlocked: no token asked again in this tab
         await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
         assert not app.screen.query("#action-token")
+
+
+async def test_a_lists_the_actions_and_opens_the_one_picked(make_app) -> None:
+    from screens.attempt_actions import ActionMenu
+
+    app = make_app(attach=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.total == 17)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, ActionMenu))
+        await pilot.press("down", "enter")  # the second action: retry
+        await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+        assert (app.screen.action, app.screen.attempt_id) == ("retry", screen.rows[0].id)

@@ -182,3 +182,21 @@ async def test_the_picker_sets_another_side_and_names_stay_clean(
         assert "100.0%" in cute and "0.0%" in cute  # A passes its cute solo, B fails it
         await pilot.press("w")  # swap: the other experiment becomes A
         await _loaded(app, pilot, "other", "bt")
+
+
+async def test_the_compare_tables_fit_100_columns(
+    make_app: Any, compare_db: tuple[Path, str]
+) -> None:
+    db, regrade = compare_db
+    app = make_app(db_path=db)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.push_screen(CompareScreen("bt", regrade))
+        view = await _loaded(app, pilot, "bt", regrade)
+        for key, tab in (("v", "verdicts"), ("p", "speedups"), ("s", "solo"), ("l", "lift"),
+                         ("g", "ladder")):
+            await pilot.press(key)
+            table = view.query_one(f"#compare-{tab}-table", DataTable)
+            await wait_until(pilot, lambda t=table: t.size.width > 0 and t.row_count > 0)
+            await pilot.pause(0.1)
+            assert table.virtual_size.width <= table.size.width, (
+                f"{tab}: {table.virtual_size.width} columns wide in {table.size.width}")
