@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -129,9 +130,11 @@ class GpuSampler:
 
     def __init__(self) -> None:
         query = "--query-gpu=timestamp,index,utilization.gpu,memory.used"
+        # a file, not a pipe: a full pipe would stop the sampling
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             ["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", "200"],
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             text=True,
         )
         self.start = time.monotonic()
@@ -139,7 +142,10 @@ class GpuSampler:
 
     def stop(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         self.proc.terminate()
-        out, _ = self.proc.communicate(timeout=10)
+        self.proc.wait(timeout=10)
+        self.log.seek(0)
+        out = self.log.read()
+        self.log.close()
         samples = []  # (monotonic, busy %, MiB used)
         for line in out.splitlines():
             parts = [p.strip() for p in line.split(",")]
@@ -299,7 +305,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         backend = LocalBackend(
             gpus=None, preview_slots=args.slots, config=config, preview_ahead=not args.no_ahead
         )
-    sampler = GpuSampler() if args.device == "cuda" else None
+    sampler = GpuSampler() if args.device == "cuda" and shutil.which("nvidia-smi") else None
     cpu: dict[str, float | None] = {"start": meter.read()}
     rows: list[dict[str, Any]] = []
     not_reached: dict[str, int] = {}
