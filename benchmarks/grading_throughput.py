@@ -182,6 +182,7 @@ async def grade_all(
     phase: str,
     device: str,
     stop_at: float | None = None,
+    log: Any = None,
 ) -> list[dict[str, Any]]:
     """Grade ``jobs`` with ``clients`` outstanding at a time; one row per grading. No new
     grading starts after ``stop_at`` (monotonic): the ones not reached are left out."""
@@ -193,7 +194,11 @@ async def grade_all(
     async def client() -> None:
         while not queue.empty() and (stop_at is None or time.monotonic() < stop_at):
             n, (problem, dsl, path) = queue.get_nowait()
-            rows.append(await grade_one(backend, store, phase, n, problem, dsl, path, device))
+            row = await grade_one(backend, store, phase, n, problem, dsl, path, device)
+            rows.append(row)
+            if log is not None:  # as each ends: a run cut short keeps what it graded
+                log.write(json.dumps(row) + "\n")
+                log.flush()
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return sorted(rows, key=lambda r: r["queued_at"])
@@ -292,6 +297,7 @@ def summarize(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     meter = CpuMeter()
+    Path(args.out).write_text("")
     mixes: list[tuple[str, list[tuple[str, str, Path]]]] = []
     if args.mix in ("all", "solutions"):
         mixes.append(("solutions", solutions_mix(args.device)))
@@ -324,9 +330,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 left = args.budget_s - (time.monotonic() - began) if args.budget_s else None
                 stop_at = time.monotonic() + left * share if left is not None else None
                 before = meter.read()
-                done = await grade_all(
-                    backend, store, jobs, args.slots, phase, args.device, stop_at
-                )
+                with open(args.out, "a") as log:
+                    done = await grade_all(
+                        backend, store, jobs, args.slots, phase, args.device, stop_at, log
+                    )
                 rows += done
                 after = meter.read()
                 if before is not None and after is not None and done:
@@ -337,9 +344,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await backend.close()
             store.close()
     gpu = sampler.stop(rows) if sampler is not None else None
-    with open(args.out, "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
     extra = {
         "device": args.device,
         "slots": len(backend.slots),
