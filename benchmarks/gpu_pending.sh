@@ -62,6 +62,6 @@ case "$STEP" in
   throughput)
     MKB_COMPILE_CACHE=/tmp/mkb-compile-cache \
       timeout 295 python3 benchmarks/grading_throughput.py "$OUT/throughput.jsonl" --device cuda \
-      --budget-s 200 ;;
+      --budget-s 180 ;;
   *) echo "unknown step $STEP ($0 list)" >&2; exit 2 ;;
 esac

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -129,9 +130,11 @@ class GpuSampler:
 
     def __init__(self) -> None:
         query = "--query-gpu=timestamp,index,utilization.gpu,memory.used"
+        # a file, not a pipe: a full pipe would stop the sampling
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             ["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", "200"],
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             text=True,
         )
         self.start = time.monotonic()
@@ -139,7 +142,10 @@ class GpuSampler:
 
     def stop(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         self.proc.terminate()
-        out, _ = self.proc.communicate(timeout=10)
+        self.proc.wait(timeout=10)
+        self.log.seek(0)
+        out = self.log.read()
+        self.log.close()
         samples = []  # (monotonic, busy %, MiB used)
         for line in out.splitlines():
             parts = [p.strip() for p in line.split(",")]
@@ -176,6 +182,7 @@ async def grade_all(
     phase: str,
     device: str,
     stop_at: float | None = None,
+    log: Any = None,
 ) -> list[dict[str, Any]]:
     """Grade ``jobs`` with ``clients`` outstanding at a time; one row per grading. No new
     grading starts after ``stop_at`` (monotonic): the ones not reached are left out."""
@@ -187,7 +194,11 @@ async def grade_all(
     async def client() -> None:
         while not queue.empty() and (stop_at is None or time.monotonic() < stop_at):
             n, (problem, dsl, path) = queue.get_nowait()
-            rows.append(await grade_one(backend, store, phase, n, problem, dsl, path, device))
+            row = await grade_one(backend, store, phase, n, problem, dsl, path, device)
+            rows.append(row)
+            if log is not None:  # as each ends: a run cut short keeps what it graded
+                log.write(json.dumps(row) + "\n")
+                log.flush()
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return sorted(rows, key=lambda r: r["queued_at"])
@@ -286,6 +297,7 @@ def summarize(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     meter = CpuMeter()
+    Path(args.out).write_text("")
     mixes: list[tuple[str, list[tuple[str, str, Path]]]] = []
     if args.mix in ("all", "solutions"):
         mixes.append(("solutions", solutions_mix(args.device)))
@@ -299,7 +311,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         backend = LocalBackend(
             gpus=None, preview_slots=args.slots, config=config, preview_ahead=not args.no_ahead
         )
-    sampler = GpuSampler() if args.device == "cuda" else None
+    sampler = GpuSampler() if args.device == "cuda" and shutil.which("nvidia-smi") else None
     cpu: dict[str, float | None] = {"start": meter.read()}
     rows: list[dict[str, Any]] = []
     not_reached: dict[str, int] = {}
@@ -318,9 +330,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 left = args.budget_s - (time.monotonic() - began) if args.budget_s else None
                 stop_at = time.monotonic() + left * share if left is not None else None
                 before = meter.read()
-                done = await grade_all(
-                    backend, store, jobs, args.slots, phase, args.device, stop_at
-                )
+                with open(args.out, "a") as log:
+                    done = await grade_all(
+                        backend, store, jobs, args.slots, phase, args.device, stop_at, log
+                    )
                 rows += done
                 after = meter.read()
                 if before is not None and after is not None and done:
@@ -331,9 +344,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await backend.close()
             store.close()
     gpu = sampler.stop(rows) if sampler is not None else None
-    with open(args.out, "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
     extra = {
         "device": args.device,
         "slots": len(backend.slots),

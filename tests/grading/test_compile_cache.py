@@ -26,6 +26,17 @@ _MARK.write_text("{tag}")
 """
 
 
+def test_each_runner_caches_in_its_own_workdir_jailed_or_not(tmp_path: Path) -> None:
+    """CuTe's file cache defaults to /tmp/<user>/cutlass_python_cache: unjailed, the host's
+    /tmp, which every unjailed runner (any source) shares."""
+    from engine.grading.judge.runner_proc import JAIL_WORKDIR, RunnerOptions, dsl_cache_env
+
+    unjailed = dsl_cache_env(RunnerOptions(device="cpu", jail=False), str(tmp_path))
+    assert Path(unjailed["CUTE_DSL_CACHE_DIR"]).is_relative_to(tmp_path)
+    jailed = dsl_cache_env(RunnerOptions(device="cpu"), str(tmp_path))
+    assert Path(jailed["CUTE_DSL_CACHE_DIR"]).is_relative_to(JAIL_WORKDIR)
+
+
 def test_the_key_changes_with_the_source_dsl_device_and_toolchain() -> None:
     key = cc.entry_key("src", "cute", "NVIDIA H100", TOOLS)
     assert key == cc.entry_key("src", "cute", "NVIDIA H100", dict(TOOLS))

@@ -16,6 +16,17 @@ from engine.grading.options import EvalConfig
 FIXTURES = Path(__file__).parent / "fixtures"
 HONEST = (FIXTURES / "honest" / "p28_plain.py").read_text()
 LOOP = (FIXTURES / "cheats" / "infinite_loop.py").read_text()
+# fails its import in a runner that served an earlier evaluation: a runner started ahead must
+# be a fresh process, given one submission only
+FIRST_IN_ITS_RUNNER = (
+    HONEST
+    + """
+_USED = torch.sys.modules.setdefault("mkb_runner_used", [])
+if _USED:
+    raise RuntimeError("this runner served an earlier evaluation")
+_USED.append(1)
+"""
+)
 
 
 def _alive(pid: int) -> bool:
@@ -129,7 +140,8 @@ async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
     tmp_path: Path,
 ) -> None:
     """The warm parent forks the next judge before its job (CUDA and the reference runner
-    ready); a job the prepared judge does not suit (here: unjailed) gets a fresh fork."""
+    ready), each with a runner started ahead that serves that one job; a job the prepared
+    judge does not suit (here: unjailed) gets a fresh fork."""
     from engine.grading.backends.local import WarmParent
     from engine.grading.parent.evaluate import feedback_from, make_job
     from engine.grading.parent.supervise import Limits, child_env
@@ -137,11 +149,11 @@ async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
     backend = LocalBackend(gpus=None, preload_dsls=False, config=EvalConfig(), preview_ahead=True)
     await backend.start()
     try:
-        first = await backend.grade(GradeRequest("p28", "cute", HONEST))
-        second = await backend.grade(GradeRequest("p28", "cute", HONEST))
+        first = await backend.grade(GradeRequest("p28", "cute", FIRST_IN_ITS_RUNNER))
+        second = await backend.grade(GradeRequest("p28", "cute", FIRST_IN_ITS_RUNNER))
     finally:
         await backend.close()
-    assert (first.verdict, second.verdict) == ("preview", "preview")
+    assert (first.verdict, second.verdict) == ("preview", "preview"), second.import_error
     assert first.clock["judge_started_ahead"] is True
     assert second.clock["judge_started_ahead"] is True
 

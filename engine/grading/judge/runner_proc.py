@@ -171,11 +171,7 @@ class RunnerProcess:
             args += ["--preload", preload_modules(options)]
         for path in options.paths:
             args += ["--path", path]
-        env = runner_env(options)
-        # CuTe's file cache in this evaluation's own workdir (judge/compile_cache.py), never a
-        # folder another evaluation's runner shares (unjailed, /tmp would be the host's)
-        base = JAIL_WORKDIR if options.jail else str(workdir)
-        env["CUTE_DSL_CACHE_DIR"] = os.path.join(base, COMPILE_DIR, "cute")
+        env = {**runner_env(options), **dsl_cache_env(options, str(workdir))}
         keep = [runner_end.fileno(), switch_fd]
         if options.jail:
             from engine.sandbox import jail
@@ -376,6 +372,13 @@ def _alive(pid: int) -> bool:
 
 def _repo() -> Path:
     return RUNNER_DIR.parents[2]
+
+
+def dsl_cache_env(options: RunnerOptions, workdir: str) -> dict[str, str]:
+    """The DSLs' on-disk caches in this evaluation's own workdir (judge/compile_cache.py),
+    never a folder another evaluation's runner shares (unjailed, /tmp is the host's)."""
+    base = JAIL_WORKDIR if options.jail else workdir
+    return {"CUTE_DSL_CACHE_DIR": os.path.join(base, COMPILE_DIR, "cute")}
 
 
 def runner_env(options: RunnerOptions) -> dict[str, str]:
