@@ -3,17 +3,13 @@ records everything, and computes comparisons as results land.
 
 Runs are convergent (``engine/convergence.py``): rerunning a config reuses finished attempts
 and resumes failed or interrupted ones by the retry policy (``engine/retry.py``). An
-attempt's outcome is written in one transaction, so ``kill -9`` at any point loses no
-finished attempt and never duplicates one; attempts caught mid-run are marked interrupted on
-the next start. Each try of an attempt is one :class:`~engine.attempts.spec.AttemptSpec`
-handed to the runner, which returns one :class:`~engine.attempts.spec.AttemptOutcome`; every
-event goes through one :class:`~engine.events.Publisher`.
-
-One engine runs an experiment at a time: :meth:`Engine.run` takes its run lock
-(``storage/run_locks.py``) in the transaction that starts the run, refreshes it while running
-and drops it when it stops; a second engine gets :class:`~storage.run_locks.ExperimentBusyError`
-before it touches anything; a killed engine's lock is taken over, so a run resumes after
-``kill -9``. Operators' commands reach the engine holding the lock (``engine/control.py``).
+attempt's outcome is written in one transaction, so ``kill -9`` loses no finished attempt
+and duplicates none. Each try is one :class:`~engine.attempts.spec.AttemptSpec` handed to the
+runner, which returns one :class:`~engine.attempts.spec.AttemptOutcome`; every event goes
+through one :class:`~engine.events.Publisher`. One engine runs an experiment at a time: its
+run lock (``storage/run_locks.py``), taken with the run's first transaction, refused to a
+second engine and taken over from a killed one. Operators' commands reach the engine holding
+the lock (``engine/control.py``).
 """
 
 from __future__ import annotations

@@ -83,30 +83,32 @@ def analyze(outcomes: OutcomeSet, options: AnalysisOptions | None = None) -> dic
         "ladder": metrics.rate_ladder(comps),
         "coverage": metrics.coverage(rows, comps),
         "usage": metrics.usage(scored),  # agent usage: no runtime, every attempt
-        "comparisons": [
-            {
-                "model": c.model,
-                "problem": c.problem,
-                "family": c.family,
-                "direction": c.direction,
-                "replicate": c.replicate,
-                "rho": c.rho,
-                "verdict": c.verdict,
-                "skipped": c.skipped,
-                "standing": c.standing,
-                "intervened": intervened(c),
-                "host_base": c.baseline.host,
-                "host_treat": None if c.treatment is None else c.treatment.host,
-                **noise_lift.comparison_fields(calls[id(c)]),
-            }
-            for c in comps
-        ],
+        "comparisons": [comparison_row(c, calls[id(c)]) for c in comps],
         "noise": {
             "time": outcomes.time,
             "bands": [b.as_dict() for b in bands.values()],
             "lift": noise_rows,
             "power": power.noise_power_note(comps, bands),
         },
+    }
+
+
+def comparison_row(c: metrics.Comparison, call: Any) -> dict[str, Any]:
+    """One resolved comparison as the report lists it, with its noise call and hosts."""
+    return {
+        "model": c.model,
+        "problem": c.problem,
+        "family": c.family,
+        "direction": c.direction,
+        "replicate": c.replicate,
+        "rho": c.rho,
+        "verdict": c.verdict,
+        "skipped": c.skipped,
+        "standing": c.standing,
+        "intervened": intervened(c),
+        "host_base": c.baseline.host,
+        "host_treat": None if c.treatment is None else c.treatment.host,
+        **noise_lift.comparison_fields(call),
     }
 
 
