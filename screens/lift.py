@@ -52,8 +52,11 @@ __all__ = ["ComparisonListScreen", "LiftScreen", "compute_report"]
 TUI_DRAWS = {"permutation_draws": 200, "swap_draws": 100, "bootstrap_draws": 100}
 
 
-def compute_report(db: Database, experiment_id: str | None) -> dict[str, Any] | None:
-    """The analysis report of one experiment, ρ̄'s intervals added (on the reading thread)."""
+def compute_report(
+    db: Database, experiment_id: str | None, without_intervened: bool = False
+) -> dict[str, Any] | None:
+    """The analysis report of one experiment, ρ̄'s intervals added (on the reading thread);
+    ``without_intervened`` leaves out attempts operators stopped, retried or extended."""
     from engine.analysis.outcomes import from_store
     from engine.analysis.report import AnalysisOptions, analyze
 
@@ -66,6 +69,7 @@ def compute_report(db: Database, experiment_id: str | None) -> dict[str, Any] | 
             permutation_draws=TUI_DRAWS["permutation_draws"],
             swap_draws=TUI_DRAWS["swap_draws"],
             bootstrap_draws=TUI_DRAWS["bootstrap_draws"],
+            without_intervened=without_intervened,
         ),
     )
     return add_intervals(report, outcomes)
@@ -103,7 +107,8 @@ class LiftScreen(LiveScreen):
     MODE = "lift"
     HELP = RHO_HELP + (
         " enter on a lift row lists the comparisons behind it; l / s / t / n switch tabs; p "
-        "plots ρ̄ and its 95% CI per lift row (log₂ axis, a line at ρ = 1). "
+        "plots ρ̄ and its 95% CI per lift row (log₂ axis, a line at ρ = 1). i recomputes every "
+        "table without the attempts operators stopped, retried or extended (and back). "
     ) + NOISE_HELP
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "tab('lift-tab')", "Lift", id="lift.tab_lift"),
@@ -112,12 +117,15 @@ class LiftScreen(LiveScreen):
         Binding("n", "tab('noise-tab')", "Noise", id="lift.tab_noise"),
         Binding("p", "tab('plot-tab')", "Plot", id="lift.tab_plot"),
         Binding("r", "refresh", "Recompute", id="lift.refresh"),
+        Binding("i", "toggle_intervened", "Without intervened attempts", show=False,
+                id="lift.intervened"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.report: dict[str, Any] | None = None
         self._noise_filled = False  # the Noise tab shows the current report
+        self.without_intervened = False  # i: the tables without intervened attempts
 
     def compose(self) -> ComposeResult:
         yield AppBar()
@@ -147,7 +155,7 @@ class LiftScreen(LiveScreen):
     @work(exclusive=True, group="lift-load", exit_on_error=False)
     async def load(self) -> None:
         app = host(self)
-        self.report = await app.read(compute_report, app.experiment_id)
+        self.report = await app.read(compute_report, app.experiment_id, self.without_intervened)
         self.show()
 
     def _fill(
@@ -254,6 +262,10 @@ class LiftScreen(LiveScreen):
         if changes.comparisons or changes.experiments:
             self.reload_or_defer()
 
+    def action_toggle_intervened(self) -> None:
+        self.without_intervened = not self.without_intervened
+        self.load()
+
     def action_refresh(self) -> None:
         self.load()
 
@@ -293,4 +305,6 @@ def operator_note(report: dict[str, Any]) -> Text:
         note.append(f" · {exclusion['excluded']} excluded ({why})", style="bold yellow")
     if marked := sum(1 for c in report["comparisons"] if c.get("intervened")):
         note.append(f" · {marked} intervened", style="yellow")
+    if exclusion.get("without_intervened"):
+        note.append(" · WITHOUT intervened attempts (i)", style="bold yellow")
     return note

@@ -204,3 +204,15 @@ def test_kill_nine_between_claim_and_effect_applies_once_on_resume(tmp_path: Pat
     assert done.state == "applied" and events == 1
     assert row is not None and row.stop_reason == "hung" and row.state == "interrupted"
     assert row.tries == running.tries  # never resumed after the stop
+
+
+def test_control_limits_default_to_the_budget_and_are_checked() -> None:
+    from engine.config import ConfigError
+
+    base = CONFIG.replace("[control]\nmax_extra_submissions = 5\n", "")
+    config = parse_config(base)
+    assert (config.max_extra_minutes, config.max_extra_submissions) == (40.0, 3)
+    for bad, message in (("max_extra_submissions = -1", "≥ 0"), ("max_extra_minutes = true",
+                         "number"), ("minutes = 3", "unknown keys")):
+        with pytest.raises(ConfigError, match=message):
+            parse_config(base + f"\n[control]\n{bad}\n")

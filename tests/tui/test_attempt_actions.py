@@ -109,3 +109,32 @@ async def test_a_lists_the_actions_and_opens_the_one_picked(make_app) -> None:
         await pilot.press("down", "enter")  # the second action: retry
         await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
         assert (app.screen.action, app.screen.attempt_id) == ("retry", screen.rows[0].id)
+
+
+async def test_lift_banner_counts_exclusions_and_i_leaves_out_intervened(
+    make_app, seeded_db: Path
+) -> None:
+    from storage.db import immediate
+
+    db = open_db(seeded_db)
+    comps = db.execute(
+        "SELECT baseline_attempt_id, treatment_attempt_id FROM comparisons WHERE "
+        "experiment_id = 'tui-test' AND resolved = 1 ORDER BY id").fetchall()
+    with immediate(db):
+        controls.submit(db, "tui-test", "exclude", actor="t", attempt_id=comps[0][0],
+                        reason="a hole")
+        db.execute(  # an engine's applied extend on another comparison's treatment
+            "INSERT INTO control_commands (experiment_id, attempt_id, action, actor, state, "
+            "created_at) VALUES ('tui-test', ?, 'extend', 't', 'applied', 'x')",
+            [comps[-1][1]])
+    db.conn.close()
+    app = make_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("2")
+        banner = lambda: plain(app.screen.query_one("#lift-banner", Static))  # noqa: E731
+        await wait_until(pilot, lambda: "resolved comparisons" in banner(), timeout=20)
+        assert "1 excluded (a hole)" in banner() and "intervened" in banner()
+        before = app.screen.report["coverage"]["comparisons"]
+        await pilot.press("i")
+        await wait_until(pilot, lambda: "WITHOUT intervened" in banner(), timeout=20)
+        assert app.screen.report["coverage"]["comparisons"] < before
