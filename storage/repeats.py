@@ -23,6 +23,7 @@ from storage.event_rows import text_hash
 
 PASSING = ("pass", "preview")
 
+INVALID_TIMING = "timing.invalid"  # engine/grading/admission.py's reason code
 
 def final_series(attempt_id: int, try_number: int) -> str:
     """The series key of an attempt try's repeated finals."""
@@ -184,7 +185,8 @@ def problem_series(
 ) -> list[dict[str, Any]]:
     """Every stored series (any experiment, and ``mkb noise`` runs) of these problems: key,
     problem, dsl, host, the passing gradings' ``field`` values, whether any was a preview, and
-    how many passing gradings were left out for a value that is not finite and positive."""
+    how many passing gradings were left out for a value that is not finite and positive (or
+    were refused for it where they entered the engine: ``timing.invalid``)."""
     if field not in ("impl_median_ms", "eager_median_ms"):
         raise ValueError(f"not a runtime column: {field!r}")
     ids = sorted(set(problem_ids)) if problem_ids is not None else None
@@ -197,10 +199,10 @@ def problem_series(
         params = ids
     out: dict[str, dict[str, Any]] = {}
     sql = (
-        f"SELECT series, problem_id, dsl, host, verdict, {field} FROM timing_repeats "
+        f"SELECT series, problem_id, dsl, host, verdict, reason, {field} FROM timing_repeats "
         f"WHERE {where} ORDER BY series, repeat"
     )
-    for series, problem, dsl, host, verdict, value in db.execute(sql, params).fetchall():
+    for series, problem, dsl, host, verdict, reason, value in db.execute(sql, params).fetchall():
         entry = out.setdefault(
             series,
             {
@@ -213,7 +215,8 @@ def problem_series(
                 "invalid": 0,
             },
         )
-        if verdict not in PASSING:
+        if verdict not in PASSING:  # a pass the engine refused for its timing is counted too
+            entry["invalid"] += reason == INVALID_TIMING
             continue
         if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
             entry["values"].append(float(value))
