@@ -110,6 +110,17 @@ def no_result_summary(outcomes: OutcomeSet) -> dict[str, Any]:
     }
 
 
+def no_result_rows(summary: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The left-out rows as a table: what (attempts or repeats), reason, count."""
+    if not summary:
+        return []
+    return [
+        {"rows": rows, "reason": reason, "count": count}
+        for rows, key in (("attempts", "ungraded_by_reason"), ("repeats", "repeats_by_reason"))
+        for reason, count in summary[key].items()
+    ]
+
+
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in row.items():
@@ -137,6 +148,7 @@ def write_csv(report: dict[str, Any], directory: str | Path) -> list[Path]:
         "noise_lift": report["noise"]["lift"],
         "noise_bands": report["noise"]["bands"],
         "time_source": [report["time"]],
+        "no_result": no_result_rows(report.get("no_result")),
         **{f"tiers_{k}": v for k, v in report["tiers"].items()},
     }
     written = []
