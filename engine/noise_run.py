@@ -14,6 +14,7 @@ from typing import Any
 from engine.analysis.noise import Z95, Series, pool, spread
 from engine.analysis.spans import span_of
 from engine.final_repeats import grading_host
+from engine.grading.admission import admit
 from engine.grading.api import GradeRequest, graded_in_preview
 from engine.grading.options import EvalConfig
 from storage import repeats as repeat_rows
@@ -74,7 +75,8 @@ def measure(
                 dsl=request.dsl,
                 source=request.source,
             )
-        feedback = grade_in_subprocess(request, config, device).to_dict()
+        # admitted as the engine admits every reply: no pass without a valid runtime
+        feedback = admit(grade_in_subprocess(request, config, device)).to_dict()
         host = grading_host(
             "local", str(feedback.get("device") or ""), str(feedback.get("host") or "")
         )

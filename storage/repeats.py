@@ -27,6 +27,7 @@ from storage.event_rows import text_hash
 
 PASSING = ("pass", "preview")
 
+INVALID_TIMING = "timing.invalid"  # engine/grading/admission.py's reason code
 
 def final_series(attempt_id: int, try_number: int) -> str:
     """The series key of an attempt try's repeated finals."""
@@ -235,7 +236,7 @@ def problem_series(
     With ``experiment_id``: that experiment's series and every ``mkb noise`` run only (another
     experiment's finals were graded under other loads and days).
     Passing gradings left out for a value that is not finite and positive are counted
-    (``invalid``)."""
+    (``invalid``), as is a pass the engine refused for its timing (``timing.invalid``)."""
     if field not in ("impl_median_ms", "eager_median_ms"):
         raise ValueError(f"not a runtime column: {field!r}")
     ids = sorted(set(problem_ids)) if problem_ids is not None else None
@@ -251,10 +252,10 @@ def problem_series(
         params.append(experiment_id)
     out: dict[tuple[str, str], dict[str, Any]] = {}
     sql = (
-        f"SELECT series, problem_id, dsl, host, verdict, {field} FROM timing_repeats "
+        f"SELECT series, problem_id, dsl, host, verdict, reason, {field} FROM timing_repeats "
         f"WHERE {where} ORDER BY series, repeat"
     )
-    for series, problem, dsl, host, verdict, value in db.execute(sql, params).fetchall():
+    for series, problem, dsl, host, verdict, reason, value in db.execute(sql, params).fetchall():
         entry = out.setdefault(
             (series, host),
             {
@@ -267,7 +268,8 @@ def problem_series(
                 "invalid": 0,
             },
         )
-        if verdict not in PASSING:
+        if verdict not in PASSING:  # a pass the engine refused for its timing is counted too
+            entry["invalid"] += reason == INVALID_TIMING
             continue
         if _positive(value):
             entry["values"].append(float(value))

@@ -144,6 +144,17 @@ def intervened(c: metrics.Comparison) -> list[str]:
     return sorted({a for arm in arms if arm is not None for a in arm.interventions})
 
 
+def no_result_rows(summary: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The left-out rows as a table: what (attempts or repeats), reason, count."""
+    if not summary:
+        return []
+    return [
+        {"rows": rows, "reason": reason, "count": count}
+        for rows, key in (("attempts", "ungraded_by_reason"), ("repeats", "repeats_by_reason"))
+        for reason, count in summary[key].items()
+    ]
+
+
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in row.items():
@@ -171,6 +182,7 @@ def write_csv(report: dict[str, Any], directory: str | Path) -> list[Path]:
         "noise_lift": report["noise"]["lift"],
         "noise_bands": report["noise"]["bands"],
         "time_source": [report["time"]],
+        "no_result": no_result_rows(report.get("no_result")),
         **{f"tiers_{k}": v for k, v in report["tiers"].items()},
     }
     written = []

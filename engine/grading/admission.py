@@ -1,6 +1,7 @@
 """What a grader's reply may claim before the engine believes it: the one check every
 backend's feedback passes where it enters the engine (:func:`admit`, applied by
-:meth:`engine.retry.RetryPolicy.grade`, the recording backend and the bundle re-grade).
+:meth:`engine.retry.RetryPolicy.grade`, the recording backend, the bundle re-grade and
+``mkb noise``; the http client asks :func:`retryable` before it tries another host).
 
 - **Timings.** A pass or preview carries a runtime (``impl_median_ms``) that is a finite,
   positive number, and an eager time that is one when given. Anything else (0, negative,

@@ -56,7 +56,7 @@ def test_a_comparison_with_a_bad_passing_arm_is_left_out(value: float | None) ->
 
 
 def test_mkb_analyze_counts_what_it_leaves_out(
-    bad_store: tuple[Path, dict[str, int]], capsys: pytest.CaptureFixture[str]
+    bad_store: tuple[Path, dict[str, int]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, left_out = bad_store
     assert main(["analyze", "--db", str(path), "--draws", "50"]) == 0
@@ -76,6 +76,11 @@ def test_mkb_analyze_counts_what_it_leaves_out(
     }
     assert all(c["rho"] > 0 and math.isfinite(c["rho"]) for c in report["comparisons"])
     assert all(math.isfinite(v) for b in report["noise"]["bands"] for v in [b["sigma"] or 1.0])
+    assert main(["analyze", "--db", str(path), "--csv", str(tmp_path), "--draws", "50"]) == 0
+    lines = (tmp_path / "no_result.csv").read_text().splitlines()
+    assert lines[0].startswith("rows,reason,count")
+    assert lines[1].startswith(f"attempts,timing.invalid,{left_out['attempts']},")
+    assert lines[2].startswith(f"repeats,timing.invalid,{left_out['repeats']},")
 
 
 def test_mkb_power_plans_from_a_store_with_bad_timings(

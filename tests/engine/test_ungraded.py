@@ -34,6 +34,9 @@ max_submissions = 0
 blank_skill_rate = 0.0
 final_runtime_ms = 1.0
 
+[grading]
+final_repeats = 2
+
 [[models]]
 name = "sim/a"
 """
@@ -46,7 +49,8 @@ class OutOfMemoryError(RuntimeError):
 
 class FaultyGrader:
     """The simulated grader with a faulty judge for the finals: out of memory on p28, a lost
-    worker on the first try of each p36 final, a pass with a zero runtime on p02."""
+    worker on the first try of each p36 final and a NaN runtime in its repeated final, a pass
+    with a zero runtime on p02."""
 
     name = "faulty"
 
@@ -59,9 +63,12 @@ class FaultyGrader:
         self.calls[key] += 1
         if request.problem_id == "p28":
             return Feedback.decided(request, OutOfMemoryError(OOM_MESSAGE))
-        if request.problem_id == "p36" and self.calls[key] == 1:
+        first_final = request.request_id.endswith("-final") and self.calls[key] == 1
+        if request.problem_id == "p36" and first_final:
             return Feedback("error", "crash", "grading worker died: connection reset by peer")
         feedback = await self.inner.grade(request)
+        if request.problem_id == "p36" and request.request_id.endswith("-r2"):
+            return dataclasses.replace(feedback, impl_median_ms=float("nan"))
         if request.problem_id == "p02":
             return dataclasses.replace(feedback, impl_median_ms=0.0)
         return feedback
@@ -113,8 +120,12 @@ def test_a_transient_grader_error_is_tried_again(
 ) -> None:
     path, _, grader = faulty_run
     attempts, comps = _rows(path)
-    assert {a.outcome for a in attempts if a.problem_id == "p36"} == {"preview"}
-    assert [n for (p, _), n in grader.calls.items() if p == "p36"] == [2, 2, 2, 2]
+    p36 = [a for a in attempts if a.problem_id == "p36"]
+    assert {a.outcome for a in p36} == {"preview"}
+    finals = [n for (p, r), n in grader.calls.items() if p == "p36" and r.endswith("-final")]
+    assert finals == [2, 2, 2, 2]
+    # the repeated finals' NaN runtimes were refused (timing.invalid), not in the median
+    assert all(a.impl_median_ms is not None and 0.5 < a.impl_median_ms < 2.0 for a in p36)
     assert all(c.resolved for c in comps if c.problem_id == "p36")
 
 
@@ -150,6 +161,7 @@ def test_mkb_analyze_counts_ungraded_attempts_apart_from_failures(
     assert main(["analyze", "--db", str(path), "--json", "--draws", "50"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["no_result"]["ungraded_by_reason"] == {"infra.oom": 4, "timing.invalid": 4}
+    assert report["no_result"]["repeats_by_reason"] == {"timing.invalid": 4}  # p36's NaN repeats
     assert sum(a["n"] for a in report["arms"]) == 4  # p36's four: none of p28's or p02's
     assert sum(a["passed"] for a in report["arms"]) == 4  # no failure counted
     assert {c["problem"] for c in report["comparisons"]} == {"p36"}

@@ -130,3 +130,39 @@ def test_an_infrastructure_error_raised_with_a_reason_keeps_it() -> None:
     )
     assert decide(InfrastructureError("no result"))[1] == "crash"  # named later by admit
     assert decide(MemoryError("host"))[1] == "infra.oom"
+
+
+class Standin(Replies):
+    """A grading service's backend (``status`` as the server asks)."""
+
+    def status(self) -> dict[str, int]:
+        return {"queued": 0}
+
+
+async def _through_http(grader: Standin) -> Feedback:
+    """``REQUEST`` graded by the engine's retry policy through the http client and a real
+    grading service on loopback whose backend is ``grader``."""
+    from engine.grading.backends.http_client import HttpBackend
+    from engine.grading.backends.http_server import start_server
+
+    runner, port = await start_server(grader, "127.0.0.1", 0, "token")
+    client = HttpBackend([f"http://127.0.0.1:{port}"], token="token", backoff_s=0.01)
+    try:
+        return await RetryPolicy(max_tries=2).grade(client, REQUEST)
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def test_through_the_http_service_an_oom_is_graded_once_and_a_nan_pass_fails() -> None:
+    oom = Standin(Feedback("error", "crash", "judge error: OutOfMemoryError: CUDA out of memory"))
+    feedback = await _through_http(oom)
+    assert (feedback.verdict, feedback.reason, oom.calls) == ("error", "infra.oom", 1)
+    nan = Standin(Feedback("pass", impl_median_ms=math.nan, eager_median_ms=1.0))
+    feedback = await _through_http(nan)
+    assert (feedback.verdict, feedback.reason, nan.calls) == ("fail", "timing.invalid", 1)
+    lost = Standin(
+        Feedback("error", "crash", "grading worker died"), Feedback("pass", impl_median_ms=1.0)
+    )
+    feedback = await _through_http(lost)
+    assert (feedback.verdict, lost.calls) == ("pass", 2)  # transient: tried again

@@ -37,3 +37,27 @@ async def test_lift_and_noise_views_count_what_they_leave_out(
         no_result = screen.report["no_result"]
         assert no_result["ungraded_by_reason"] == {"timing.invalid": left_out["attempts"]}
         assert no_result["repeats_by_reason"] == {"timing.invalid": left_out["repeats"]}
+
+
+def test_an_ungraded_attempt_has_its_own_colour_in_the_attempts_list(seeded_db: Path) -> None:
+    """``finished:ungraded`` in orange, apart from a failure's red and a pass's green."""
+    from screens.render import STATE_STYLES, UNGRADED_STYLE, attempt_cells, outcome_text
+    from storage import queries
+    from storage.db import open_db
+
+    db = open_db(seeded_db)
+    try:
+        db.execute(
+            "UPDATE attempts SET outcome='ungraded', reason='infra.oom' WHERE id=("
+            "SELECT min(id) FROM attempts WHERE state='finished')"
+        )
+        row = next(r for r in queries.attempts_for_experiment(db, seed.EXPERIMENT)
+                   if r.outcome == "ungraded")
+    finally:
+        db.conn.close()
+    state = attempt_cells(row, seed.CLOCK)[5]
+    assert state.plain == "finished:ungraded" and state.style == UNGRADED_STYLE
+    assert UNGRADED_STYLE not in (STATE_STYLES["finished"], STATE_STYLES["failed"])
+    detail = outcome_text(row)
+    assert any(span.style == UNGRADED_STYLE for span in detail.spans)
+    assert "reason: infra.oom" in detail.plain

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from engine.grading.admission import admit, retryable
 from engine.grading.api import Feedback, GradeRequest
 from engine.grading.verdict import BadRequest, InfrastructureError
 
@@ -137,5 +138,7 @@ class HttpBackend:
 
 
 def _retryable(feedback: Feedback) -> bool:
-    """Infrastructure errors are retried elsewhere; verdicts on the submission are final."""
-    return feedback.verdict == "error" and feedback.reason != "usage"
+    """Transient infrastructure errors are retried elsewhere; verdicts on the submission and
+    deterministic errors (the judge out of memory, ``usage``) are final
+    (``engine/grading/admission.py``)."""
+    return retryable(admit(feedback))
