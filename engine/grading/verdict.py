@@ -38,7 +38,10 @@ class Rejected(Exception):
 
 
 class InfrastructureError(Exception):
-    """Something of ours failed (not the submission): the verdict is ``error``."""
+    """Something of ours failed (not the submission): the verdict is ``error``, the reason
+    ``reason`` (a subclass names its own)."""
+
+    reason = "crash"
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def decide(evidence: Evidence) -> Decision:
         case BadRequest(message=message):
             return Decision("error", "usage", message)
         case InfrastructureError():
-            return Decision("error", "crash", str(evidence))
+            return Decision("error", evidence.reason, str(evidence))
         case BaseException():
             return Decision("error", "crash", f"judge error: {type(evidence).__name__}: {evidence}")
     raise TypeError(f"decide() takes evidence of an outcome, not {type(evidence).__name__}")
