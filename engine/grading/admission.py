@@ -32,9 +32,13 @@ INFRA_OOM = "infra.oom"
 INFRA_DEVICE_LOST = "infra.device_lost"
 INFRA_HOST_LOST = "infra.host_lost"
 INFRA_JUDGE_CRASH = "infra.judge_crash"
-INFRA_REASONS = (INFRA_OOM, INFRA_DEVICE_LOST, INFRA_HOST_LOST, INFRA_JUDGE_CRASH)
+INFRA_MEMORY_UNFIT = "infra.memory_unfit"  # its plan cannot fit the card: refused before it
+INFRA_REASONS = (
+    INFRA_OOM, INFRA_DEVICE_LOST, INFRA_HOST_LOST, INFRA_JUDGE_CRASH, INFRA_MEMORY_UNFIT
+)
 USAGE = "usage"  # nothing to grade (an unknown problem or DSL): the grader's, not the agent's
-DETERMINISTIC = frozenset({INFRA_OOM, USAGE})  # trying again gives the same end: never retried
+# trying again gives the same end: never retried
+DETERMINISTIC = frozenset({INFRA_OOM, INFRA_MEMORY_UNFIT, USAGE})
 # reasons an attempt is stored ``ungraded`` with (the grader's fault, never the agent's)
 UNGRADED_REASONS = (*INFRA_REASONS, USAGE, INVALID_TIMING)
 

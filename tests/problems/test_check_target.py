@@ -38,11 +38,11 @@ def test_a_traced_plan_counts_inputs_anchor_and_outputs() -> None:
     sizes = plan.sizes
     assert sizes.inputs == inputs and sum(sizes.promoted) == 4 * inputs  # float64 copies
     assert sizes.anchor_peak >= sizes.anchor_outputs >= 4 * sizes.outputs > 0
-    assert plan.runner_bytes == inputs + sizes.reference_peak
-    assert plan.judge_bytes == judge_peak(sizes, "cuda")
-    assert plan.total_bytes == pytest.approx(
-        plan.judge_bytes + plan.runner_bytes + 2 * CONTEXT_BYTES
-    )
+    runner = inputs + sizes.reference_peak
+    assert plan.runner_bytes == runner
+    judge = judge_peak(sizes, "cuda")
+    assert plan.judge_bytes == judge
+    assert plan.total_bytes == pytest.approx(judge + runner + 2 * CONTEXT_BYTES)
 
 
 def test_an_untraceable_generator_falls_back_to_the_measured_peak() -> None:

@@ -20,6 +20,7 @@ import aiohttp
 
 from engine.grading.admission import admit, retryable
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.backends.card_memory import MEMORY_UNFIT
 from engine.grading.verdict import BadRequest, InfrastructureError
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
@@ -72,6 +73,7 @@ class HttpBackend:
     async def grade(self, request: GradeRequest) -> Feedback:
         hosts = self.order(request)
         problems: list[str] = []
+        unfit: Feedback | None = None
         for attempt in range(self.tries):
             url = hosts[attempt % len(hosts)]
             if attempt:
@@ -92,6 +94,10 @@ class HttpBackend:
             problems.append(f"{url}: {transient}")
             if feedback is not None and not _retryable(feedback):
                 return feedback
+            if feedback is not None and feedback.reason == MEMORY_UNFIT:
+                unfit = feedback  # another host's card may be larger: tried there too
+        if unfit is not None:  # no host that answered has a card its plan fits
+            return unfit
         return Feedback.decided(
             request,
             InfrastructureError(f"grading failed after {self.tries} tries: " + "; ".join(problems)),

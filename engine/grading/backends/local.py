@@ -23,6 +23,14 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.backends.card_memory import (
+    CardLedger,
+    MemoryUnfit,
+    card_capacity,
+    fits_alone,
+    planned_bytes,
+    unfit_message,
+)
 from engine.grading.backends.slot_pool import SlotPool, wanted_label
 from engine.grading.judge import placement
 from engine.grading.options import EvalConfig
@@ -177,6 +185,7 @@ class Slot:
         )
         self.evaluations = 0
         self.fell_back = False
+        self.ledger: CardLedger | None = None  # admission by planned memory (card_memory.py)
 
     async def run(self, job: dict[str, Any], limits: Limits, workdir: str) -> ChildOutcome:
         self.evaluations += 1
@@ -269,6 +278,11 @@ class LocalBackend:
                         ahead=ahead,
                     )
                 )
+        for slot in self.slots:
+            card = int(slot.label[3:]) if slot.device == "cuda" else None
+            capacity = card_capacity(card)
+            if capacity is not None:
+                slot.ledger = CardLedger(slot.label if card is not None else "cpu", capacity)
         self._free: SlotPool[Slot] | None = None
         self.completed = 0
         self.started_at = time.time()
@@ -315,14 +329,42 @@ class LocalBackend:
             return opening
         if request.device == "cuda" and self.device != "cuda":
             return Feedback.decided(request, InfrastructureError("this grader has no GPU"))
+        plan = await self._plan(request)
+        ledgers = [s.ledger for s in self.slots if s.ledger is not None]
+        if plan is not None and ledgers and not any(
+            fits_alone(plan, g.capacity, g.headroom) for g in ledgers
+        ):
+            why = unfit_message(plan, max(g.capacity for g in ledgers), ledgers[0].headroom)
+            return Feedback.decided(request, MemoryUnfit(why))
         queue = self._queue()
         slot = await queue.acquire(wanted_label(request.slot))
         try:
             device = "cpu" if request.device == "cpu" else slot.device
-            return await self._run_on(slot, request, device)
+            admitted = (
+                slot.ledger.admit(plan)
+                if slot.ledger is not None and plan is not None and device == slot.device
+                else contextlib.nullcontext()
+            )
+            async with admitted:
+                return await self._run_on(slot, request, device)
+        except MemoryUnfit as exc:  # this slot's card is smaller than another's
+            return Feedback.decided(request, exc)
         finally:
             self.completed += 1
             queue.release(slot)
+
+    async def _plan(self, request: GradeRequest) -> float | None:
+        """The grading's planned card memory at its scale (None: no admission here, or the
+        plan is unknown)."""
+        if request.device == "cpu" and self.device == "cuda":
+            return None  # a preview on a GPU host uses no card memory
+        if not any(s.ledger is not None for s in self.slots):
+            return None
+        scale = self.config.scale or ("full" if self.device == "cuda" else "smoke")
+        try:
+            return await asyncio.to_thread(planned_bytes, request.problem_id, scale)
+        except Exception:  # noqa: BLE001 - an unknown problem is reported by the grading
+            return None
 
     async def _run_on(self, slot: Slot, request: GradeRequest, device: str) -> Feedback:
         limits = self.config.limits(device)
