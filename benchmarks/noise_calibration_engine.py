@@ -16,7 +16,7 @@ paired slots; the analysis must label such comparisons ``cross_host``); mixed DS
 3 %, TIRx 25 %); 2× outliers (a tenth of gradings).
 Gradings counted are the paired jobs' (each attempt's own final is common to every design).
 
-    .venv/bin/python benchmarks/noise_calibration_engine.py [--experiments 2] [--out FILE]
+    .venv/bin/python benchmarks/noise_calibration_engine.py [--experiments 3] [--final-repeats 3]
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ skill_runtime_factor = {{ {factors} }}
 
 [grading]
 paired_repeats = {design}
+final_repeats = {final_repeats}
 
 [[models]]
 name = "sim/a"
@@ -118,12 +119,23 @@ def effects_of(problems: int) -> dict[str, float]:
 
 
 def run_experiment(
-    sc: Scenario, design: str, truth: dict[str, float], replicates: int, seed: int, db: Path
+    sc: Scenario,
+    design: str,
+    truth: dict[str, float],
+    replicates: int,
+    seed: int,
+    db: Path,
+    final_repeats: int = 1,
 ) -> dict[str, Any]:
-    """One experiment through the engine into ``db``; its calls and paired gradings."""
+    """One experiment through the engine into ``db``; its calls and paired gradings.
+    ``final_repeats``: each attempt's own final graded that often (solo series: more bands)."""
     factors = ", ".join(f"{p} = {1 / rho!r}" for p, rho in truth.items())
     toml = CONFIG.format(
-        problems=sorted(truth), replicates=replicates, factors=factors, design=DESIGNS[design]
+        problems=sorted(truth),
+        replicates=replicates,
+        factors=factors,
+        design=DESIGNS[design],
+        final_repeats=final_repeats,
     )
     config = parse_config(toml, "calib.toml", check_problems=False)
     with Store(db) as store:
@@ -176,7 +188,12 @@ def saving(designs: dict[str, Any]) -> float:
 
 
 def calibrate_engine(
-    experiments: int, problems: int, replicates: int, seed: int, out: Path | None
+    experiments: int,
+    problems: int,
+    replicates: int,
+    seed: int,
+    out: Path | None,
+    final_repeats: int = 1,
 ) -> dict[str, Any]:
     """Every scenario × design through the engine; the summary (also written to ``out``)."""
     start = time.perf_counter()
@@ -190,7 +207,9 @@ def calibrate_engine(
                 for e in range(experiments):
                     db = Path(tmp) / f"s{i}-{design}-{e}.sqlite"
                     seeded = seed + 1000 * i + e
-                    results.append(run_experiment(sc, design, truth, replicates, seeded, db))
+                    results.append(
+                        run_experiment(sc, design, truth, replicates, seeded, db, final_repeats)
+                    )
                 rows[sc.name][design] = summarize(results)
     summary = {
         "level": "through the engine (scheduler, simulated agent and grader, SQLite store)",
@@ -198,6 +217,7 @@ def calibrate_engine(
         "host": f"{platform.node()} ({platform.processor() or platform.machine()})",
         "experiments": experiments,
         "comparisons_per_experiment": 2 * problems * replicates,
+        "final_repeats": final_repeats,
         "effects": truth,
         "scenarios": rows,
         "adaptive_saving": {name: saving(r) for name, r in rows.items()},
@@ -210,10 +230,13 @@ def calibrate_engine(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--experiments", type=int, default=2)
+    parser.add_argument("--experiments", type=int, default=3)
     parser.add_argument("--problems", type=int, default=4)
     parser.add_argument("--replicates", type=int, default=6)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument(
+        "--final-repeats", type=int, default=1, help="gradings of each final (3: solo bands)"
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -221,7 +244,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     summary = calibrate_engine(
-        args.experiments, args.problems, args.replicates, args.seed, args.out
+        args.experiments, args.problems, args.replicates, args.seed, args.out, args.final_repeats
     )
     print(json.dumps(summary, indent=1))
 
