@@ -36,8 +36,8 @@ def test_the_stand_in_has_per_host_speed_noise_and_placement() -> None:
     assert {f.host for f in on_b} == {"hB:sim1"}
     assert all(f.impl_median_ms == 1.1 for f in on_b)  # 10 % slower, no noise there
     on_a = _grade_all(backend, ["hA:sim0"] * 40)
-    spread = statistics.stdev(math.log(f.impl_median_ms) for f in on_a)
-    assert 0.03 < spread < 0.07  # CV 5 % on host A
+    sd = statistics.stdev(math.log(f.impl_median_ms) for f in on_a)
+    assert 0.03 < sd < 0.07  # CV 5 % on host A
     assert {f.impl_median_ms for f in _grade_all(backend, ["hA:sim0"] * 3, "tirx")} == {1.0}
     spread = SimulatedBackend(slots=2, hosts=("hA", "hB"), scatter=True)
     hosts = [f.host for f in _grade_all(spread, ["hA:sim0"] * 20)]
