@@ -17,7 +17,7 @@ named simulated hosts with a known speed and noise of their own (``hosts``, ``ho
 (``outlier_rate`` × ``outlier_factor``), and ``scatter`` places each grading on a slot drawn
 from its request id whatever slot it names (a pool that hands gradings to whichever grader is
 free and does not honour paired jobs' slots).
-These are set where the backend is built (Python), not from a config file.
+Each is also a ``[grading]`` key of ``grading = "simulated"`` (``engine/grading_table.py``).
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ class SimulatedBackend:
     outlier_factor: float = 2.0
     scatter: bool = False  # each grading on a slot drawn from its request id, not its ``slot``
     _pool: SlotPool[str] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.hosts = tuple(self.hosts)  # a config file gives a list
 
     def _log(self, event: str, request: GradeRequest) -> None:
         if self.call_log is None:
