@@ -14,6 +14,9 @@ outlier grading in every comparison. Designs: fixed k = 3 and 5 pairs, and adapt
 when its BH q ≤ 0.05 across its experiment (adaptive: on the sequence's p-value).
 
     .venv/bin/python benchmarks/noise_calibration.py [--experiments 30] [--out FILE]
+
+The same scenarios through the real scheduler, store and analysis:
+``benchmarks/noise_calibration_engine.py``.
 """
 
 from __future__ import annotations

@@ -59,7 +59,21 @@ BACKEND_KEYS: dict[str, tuple[str, ...]] = {
     # engine.grading.backends.ray: its options are the [grading.ray] table (ray_options.py)
     "ray": ("ray",),
     # engine.standins.simulated.SimulatedBackend
-    "simulated": ("delay_s", "preview", "noise_cv", "seed", "call_log", "slots"),
+    "simulated": (
+        "delay_s",
+        "preview",
+        "noise_cv",
+        "seed",
+        "call_log",
+        "slots",
+        "hosts",
+        "host_speed",
+        "host_noise",
+        "dsl_cv",
+        "outlier_rate",
+        "outlier_factor",
+        "scatter",
+    ),
 }
 # nested tables whose keys are checked too (a table of problem ids)
 _PROBLEM_KEY = re.compile(r"^p\d\d$")
@@ -99,6 +113,7 @@ def check_keys(
             f"{where}.{key}",
             f"unknown key for {grading} grading{hint}; known: " + ", ".join(sorted(allowed)),
         )
+    _check_simulated_hosts(options, where, expect)
     noise = options.get("noise_cv")
     if noise is not None:
         expect(
@@ -155,3 +170,33 @@ def paired_repeats(options: Mapping[str, Any], where: str, expect: Expect) -> tu
         'applies only with paired_repeats = "adaptive"',
     )
     return (int(most) if adaptive else int(value)), adaptive
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_simulated_hosts(options: Mapping[str, Any], where: str, expect: Expect) -> None:
+    """The simulated grader's hosts, their speed and noise, DSL noise and outliers."""
+    hosts = options.get("hosts", [])
+    expect(
+        isinstance(hosts, list) and all(isinstance(h, str) and h for h in hosts),
+        f"{where}.hosts",
+        'must be a list of host names, e.g. ["host0", "host1"]',
+    )
+    for key, ok, what in (
+        ("host_speed", lambda v: _number(v) and v > 0, "a runtime factor above 0"),
+        ("host_noise", lambda v: _number(v) and v >= 0, "a factor on the CV, 0 or more"),
+        ("dsl_cv", lambda v: _number(v) and 0 <= v < 1, "a coefficient of variation in [0, 1)"),
+    ):
+        table = options.get(key, {})
+        expect(isinstance(table, dict), f"{where}.{key}", "must be a table, e.g. { host1 = 1.1 }")
+        for name, value in table.items() if isinstance(table, dict) else ():
+            expect(ok(value), f"{where}.{key}.{name}", f"must be {what}")
+    rate = options.get("outlier_rate", 0.0)
+    expect(_number(rate) and 0 <= rate <= 1, f"{where}.outlier_rate", "must be in [0, 1]")
+    factor = options.get("outlier_factor", 2.0)
+    expect(_number(factor) and factor > 0, f"{where}.outlier_factor", "must be above 0")
+    expect(
+        isinstance(options.get("scatter", False), bool), f"{where}.scatter", "must be true or false"
+    )

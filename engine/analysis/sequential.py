@@ -19,10 +19,21 @@ O'Brien–Fleming-type spending keeps most of the level for the last look, so a 
 comparison that runs to K pairs loses little power against fixed K (Pocock-type spending lost
 more: 75 % against 90 % there).
 
-Stopping for ``within`` (futility) never raises the false-call rate: at ``max_pairs``, or when
-the 1 − 2α interval of log ρ (two one-sided tests at α, the usual equivalence test) lies inside
-±log(1 + ``relevant``): no practically relevant effect (``relevant`` defaults to 10 %, the
-effect the planner sizes for).
+A look stops for ``within`` at ``max_pairs``, or when the 1 − 2α interval of log ρ (two
+one-sided tests at α, the usual equivalence test) lies inside ±log(1 + ``relevant``): no
+practically relevant effect (``relevant`` defaults to 10 %, the effect the planner sizes for).
+
+A look stops ``futile`` (stochastic curtailment, Jennison & Turnbull, *Group Sequential
+Methods*, ch. 10; Lan & Wittes' B-value) when the *conditional power* — the chance that the
+last look reaches weighted p ≤ α if the remaining pairs follow the current estimate — is below
+``futility`` (10 %). The current trend, not the 1.1× of interest: at CV 10–25 % a 1.1× effect
+has almost no power at 5 pairs, so conditional power under it would stop nearly every
+comparison, real 1.3× ones included; the trend keeps the ones that look like effects going.
+The boundary is non-binding (the efficacy boundaries are those without it), so it cannot raise
+the false-call rate: it only ends sequences that have not stopped beyond noise. It needs a band
+(the pair's own SD alone has 1–3 dof at the early looks; without one there is no futility stop).
+The analysis treats a futile comparison as any other: its pairs are tested, and it is within
+noise unless BH says otherwise.
 
 :func:`sequential_p` is the p-value of the whole sequence (``min_k p_k / w_k``): valid under
 optional stopping by the same union bound; it is what the Benjamini–Hochberg step across an
@@ -40,10 +51,11 @@ from scipy import special
 
 from engine.analysis.paired_test import paired_test
 
-DECISIONS = ("continue", "help", "harm", "within")
+DECISIONS = ("continue", "help", "harm", "within", "futile")
 RELEVANT = 0.10  # |ρ − 1| below this is no practically relevant effect (the planner's 1.1×)
 FIRST_LOOK = 2
 STOP_SHARE = 0.2  # a look stops for help/harm at weighted p ≤ STOP_SHARE · α (see above)
+FUTILITY = 0.10  # stop ``futile`` when the conditional power falls below this (see above)
 NORMAL = statistics.NormalDist()
 Z975 = NORMAL.inv_cdf(0.975)
 
@@ -88,6 +100,7 @@ def look(
     alpha: float = 0.05,
     *,
     relevant: float = RELEVANT,
+    futility: float = FUTILITY,
 ) -> Look:
     """The look after ``len(diffs)`` pairs (capped at ``max_pairs``); see :func:`decide`."""
     if max_pairs < FIRST_LOOK:
@@ -109,7 +122,30 @@ def look(
     margin = math.log1p(relevant)
     if -margin < est.log_rho - half and est.log_rho + half < margin:
         return Look("within", weighted)
+    if est.prior and futility > 0:
+        power = conditional_power(est.log_rho, est.sd or 0.0, k, max_pairs, alpha)
+        if power < futility:
+            return Look("futile", weighted)
     return Look("continue", weighted)
+
+
+def conditional_power(
+    log_rho: float, sd: float, k: int, max_pairs: int, alpha: float = 0.05
+) -> float:
+    """The chance, given the first k pairs, that the last look's weighted p reaches α
+    (``p_K ≤ α · w_K``, the loosest a BH call can take), if the rest of the pairs have the
+    current trend ``log_rho`` (Lan & Wittes' B-value: B(t) = Z_k √t, t = k / K; the drift
+    θ = Z_k / √t per unit of information; B(1) − B(t) ~ N(θ(1 − t), 1 − t)). Both signs are
+    counted (each in its direction), so it is an upper bound on the chance of a call."""
+    if k >= max_pairs or sd <= 0 or not math.isfinite(sd):
+        return 1.0
+    t = k / max_pairs
+    z = log_rho / (sd / math.sqrt(k))
+    b, drift = z * math.sqrt(t), z / math.sqrt(t)
+    c = NORMAL.inv_cdf(1 - alpha * look_weight(max_pairs, max_pairs) / 2)
+    rest = math.sqrt(1 - t)
+    mean = b + drift * (1 - t)
+    return (1 - NORMAL.cdf((c - mean) / rest)) + NORMAL.cdf((-c - mean) / rest)
 
 
 def decide(
@@ -120,14 +156,17 @@ def decide(
     alpha: float = 0.05,
     *,
     relevant: float = RELEVANT,
+    futility: float = FUTILITY,
 ) -> str:
-    """``continue``, ``help``, ``harm`` or ``within`` after ``len(diffs)`` pairs.
+    """``continue``, ``help``, ``harm``, ``within`` or ``futile`` after ``len(diffs)`` pairs.
 
     ``band_sigma``: the pooled band's SD of one grading's log runtime on this host (None: no
     band; when the arms' DSLs have different bands, √((σ_base² + σ_treat²) / 2)); ``band_dof``:
     its degrees of freedom (the smaller of the two). Outliers are rejected as in
     :func:`engine.analysis.paired_test.paired_test`; an outlier-dominated look continues."""
-    return look(diffs, band_sigma, band_dof, max_pairs, alpha, relevant=relevant).decision
+    return look(
+        diffs, band_sigma, band_dof, max_pairs, alpha, relevant=relevant, futility=futility
+    ).decision
 
 
 def sequential_p(

@@ -10,6 +10,14 @@ hash of the seed, the source and the request id (so each repeat of a file draws 
 resumed run draws what the uninterrupted one would), and a source may name its true runtime
 (``# sim: runtime_ms=1.25``), which the simulated agent writes when asked
 (``[agent] final_runtime_ms``, ``skill_runtime_factor``).
+
+For the calibration benchmark (``benchmarks/noise_calibration_engine.py``) its slots can sit on
+named simulated hosts with a known speed and noise of their own (``hosts``, ``host_speed``,
+``host_noise``), the noise can differ by DSL (``dsl_cv``), a share of gradings can be outliers
+(``outlier_rate`` × ``outlier_factor``), and ``scatter`` places each grading on a slot drawn
+from its request id whatever slot it names (a pool that hands gradings to whichever grader is
+free and does not honour paired jobs' slots).
+Each is also a ``[grading]`` key of ``grading = "simulated"`` (``engine/grading_table.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +62,17 @@ class SimulatedBackend:
     # grading slots like the local backend's (0: none, the feedback names no slot): each
     # grading holds one ("hostname:sim<i>"), honouring a request's ``slot``
     slots: int = 0
+    hosts: tuple[str, ...] = ()  # slot i is on hosts[i % len(hosts)] (default: this machine)
+    host_speed: dict[str, float] = field(default_factory=dict)  # host → runtime factor
+    host_noise: dict[str, float] = field(default_factory=dict)  # host → factor on the CV
+    dsl_cv: dict[str, float] = field(default_factory=dict)  # DSL → CV (over ``noise_cv``)
+    outlier_rate: float = 0.0  # share of gradings that run ``outlier_factor`` × slower
+    outlier_factor: float = 2.0
+    scatter: bool = False  # each grading on a slot drawn from its request id, not its ``slot``
     _pool: SlotPool[str] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.hosts = tuple(self.hosts)  # a config file gives a list
 
     def _log(self, event: str, request: GradeRequest) -> None:
         if self.call_log is None:
@@ -68,9 +86,11 @@ class SimulatedBackend:
         with open(self.call_log, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line) + "\n")
 
-    def noise(self, request: GradeRequest) -> float:
-        """The runtime's log-normal factor: exp(σ·z), σ² = ln(1 + CV²), z from a hash."""
+    def noise(self, request: GradeRequest, host: str = "") -> float:
+        """The runtime's log-normal factor: exp(σ·z), σ² = ln(1 + CV²), z from a hash; the CV
+        is the DSL's (``dsl_cv``), else the problem's, times the host's ``host_noise``."""
         cv = self.noise_cv.get(request.problem_id, self.noise_cv.get("default", 0.0))
+        cv = self.dsl_cv.get(request.dsl, cv) * self.host_noise.get(host, 1.0)
         if cv <= 0:
             return 1.0
         u = min(
@@ -78,27 +98,52 @@ class SimulatedBackend:
         )
         return math.exp(math.sqrt(math.log1p(cv * cv)) * _NORMAL.inv_cdf(u))
 
+    def host_of(self, label: str) -> str:
+        """The simulated host of slot ``label`` (``sim<i>``)."""
+        if not self.hosts:
+            return socket.gethostname()
+        return self.hosts[int(label.removeprefix("sim")) % len(self.hosts)]
+
+    def _wanted(self, request: GradeRequest) -> str:
+        """The label of the slot a request names (``host:label``), "" for any."""
+        if self.scatter:
+            return f"sim{int(_unit(self.seed, request.request_id, 'slot') * self.slots)}"
+        if not self.hosts:
+            return wanted_label(request.slot)
+        machine, _, label = request.slot.partition(":")
+        ours = label in {f"sim{i}" for i in range(self.slots)}
+        return label if ours and machine == self.host_of(label) else ""
+
     async def grade(self, request: GradeRequest) -> Feedback:
         if self.slots <= 0:
-            return await self._logged(request)
+            return await self._logged(request, "")
         if self._pool is None:
             self._pool = SlotPool([f"sim{i}" for i in range(self.slots)], str)
-        label = await self._pool.acquire(wanted_label(request.slot))
+        label = await self._pool.acquire(self._wanted(request))
         try:
-            feedback = await self._logged(request)
-            feedback.host = f"{socket.gethostname()}:{label}"
+            host = self.host_of(label)
+            feedback = await self._logged(request, host)
+            feedback.host = f"{host}:{label}"
             return feedback
         finally:
             self._pool.release(label)
 
-    async def _logged(self, request: GradeRequest) -> Feedback:
+    async def _logged(self, request: GradeRequest, host: str) -> Feedback:
         self._log("start", request)
         try:
-            return await self._grade(request)
+            return await self._grade(request, host)
         finally:
             self._log("end", request)
 
-    async def _grade(self, request: GradeRequest) -> Feedback:
+    def _factor(self, request: GradeRequest, host: str) -> float:
+        """The host's speed, the noise and any outlier, as one factor on the true runtime."""
+        factor = self.host_speed.get(host, 1.0) * self.noise(request, host)
+        if self.outlier_rate > 0:
+            u = _unit(self.seed, request.source, request.request_id, "outlier")
+            factor *= self.outlier_factor if u < self.outlier_rate else 1.0
+        return factor
+
+    async def _grade(self, request: GradeRequest, host: str = "") -> Feedback:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         named = _RUNTIME.search(request.source)
@@ -115,7 +160,7 @@ class SimulatedBackend:
             )
         eager = 1.0
         impl = float(named.group(1)) if named else 0.2 + 1.6 * _unit(request.source, "t")
-        impl *= self.noise(request)
+        impl *= self._factor(request, host)
         return Feedback(
             verdict="preview" if self.preview else "pass",
             request_id=request.request_id,

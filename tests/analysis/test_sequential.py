@@ -1,5 +1,6 @@
 """The adaptive stopping rule (engine/analysis/sequential.py): clear comparisons stop at 2
-pairs, close ones go on, the false-stop rate of null comparisons stays at α over all looks."""
+pairs, close ones go on, hopeless ones stop for futility, the false-stop rate of null
+comparisons stays at α over all looks."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import numpy as np
 import pytest
 
 from engine.analysis.paired_test import paired_test
-from engine.analysis.sequential import decide, look_weight, sequential_p, spent
+from engine.analysis.sequential import (
+    conditional_power,
+    decide,
+    look_weight,
+    sequential_p,
+    spent,
+)
 
 SIGMA = 0.03  # CV 3 % per grading
 
@@ -43,8 +50,10 @@ def test_a_close_comparison_keeps_going_then_ends_within() -> None:
 def test_within_when_the_interval_excludes_a_relevant_effect() -> None:
     tight = [0.001, -0.002, 0.0015, -0.001, 0.0005, 0.0]
     assert decide(tight, 0.003, 20, max_pairs=20) == "within"
-    # the same differences under a wide band cannot exclude 5 %: keep going
-    assert decide(tight[:2], 0.10, 20, max_pairs=20) == "continue"
+    # the same differences under a wide band cannot exclude 10 %: no equivalence stop ...
+    assert decide(tight[:2], 0.10, 20, max_pairs=20, futility=0.0) == "continue"
+    # ... but no trend either: 18 more pairs would hardly reach the boundary (futility)
+    assert decide(tight[:2], 0.10, 20, max_pairs=20) == "futile"
 
 
 def test_no_band_and_no_spread_is_no_test() -> None:
@@ -88,3 +97,68 @@ def test_sequential_p_is_at_most_alpha_when_the_rule_stops_beyond_noise() -> Non
                 break
             if call == "within":
                 break
+
+
+def _first_stop(diffs: list[float], sigma: float, max_pairs: int, futility: float) -> tuple:
+    """(decision, pairs) where the rule first stops on ``diffs`` (at most ``max_pairs``)."""
+    for k in range(2, max_pairs + 1):
+        call = decide(diffs[:k], sigma, 20, max_pairs, futility=futility)
+        if call != "continue":
+            return call, k
+    raise AssertionError("the rule never stopped by max_pairs")
+
+
+def test_conditional_power_follows_the_trend() -> None:
+    sd = math.sqrt(2) * 0.10
+    assert conditional_power(0.0, sd, 2, 5) < 0.10  # no trend: hopeless
+    assert conditional_power(math.log(1.3), sd, 2, 5) > 0.5  # a 1.3x trend: likely
+    # symmetric in the sign, more information → more certainty either way
+    assert conditional_power(-0.1, sd, 3, 5) == pytest.approx(conditional_power(0.1, sd, 3, 5))
+    assert conditional_power(0.02, sd, 4, 5) < conditional_power(0.02, sd, 2, 5)
+    assert conditional_power(0.0, sd, 5, 5) == 1.0  # the last look: nothing to curtail
+
+
+def test_a_null_at_cv25_stops_for_futility_within_three_pairs() -> None:
+    """Simulated A/A sequences at CV 25 % (300, up to 5 pairs): most stop ``futile`` by the
+    third pair; without the futility rule none stops before the end."""
+    rng = np.random.default_rng(11)
+    sigma, runs, early, plain_early = 0.25, 300, 0, 0
+    for _ in range(runs):
+        diffs = rng.normal(0.0, math.sqrt(2) * sigma, 5).tolist()
+        call, k = _first_stop(diffs, sigma, 5, futility=0.10)
+        early += call == "futile" and k <= 3
+        plain_early += _first_stop(diffs, sigma, 5, futility=0.0)[1] <= 3
+    assert early / runs >= 0.75
+    assert plain_early / runs <= 0.05
+
+
+def test_futility_is_non_binding_and_costs_little_power() -> None:
+    """Simulated sequences at CV 10 % (400 null, 400 at 1.3×, up to 5 pairs): with futility the
+    null false stops stay ≤ α and never exceed those without it; a 1.3× help is stopped beyond
+    noise or ends with a sequential p ≤ α nearly as often as without futility (≤ 5 points
+    lost), with fewer pairs."""
+    rng = np.random.default_rng(5)
+    sigma, runs = 0.10, 400
+    false = {0.10: 0, 0.0: 0}
+    found = {0.10: 0, 0.0: 0}
+    pairs = {0.10: 0, 0.0: 0}
+    for _ in range(runs):
+        null = rng.normal(0.0, math.sqrt(2) * sigma, 5).tolist()
+        real = rng.normal(math.log(1.3), math.sqrt(2) * sigma, 5).tolist()
+        for futility in false:
+            false[futility] += _first_stop(null, sigma, 5, futility)[0] in ("help", "harm")
+            call, k = _first_stop(real, sigma, 5, futility)
+            p = sequential_p(real[:k], sigma, 20, 5)
+            found[futility] += call == "help" or (call != "harm" and p is not None and p <= 0.05)
+            pairs[futility] += k
+    assert false[0.10] <= false[0.0] and false[0.10] / runs <= 0.05
+    assert found[0.10] >= found[0.0] - 0.05 * runs
+    assert found[0.10] / runs >= 0.7
+    assert pairs[0.10] <= pairs[0.0]
+
+
+def test_no_band_no_futility_stop() -> None:
+    """Without a band the pair's own SD has k − 1 dof: no conditional power is computed."""
+    flat = [0.10, -0.12, 0.05]
+    assert decide(flat, None, 0, max_pairs=6) == "continue"
+    assert decide(flat, 0.25, 20, max_pairs=6) == "futile"

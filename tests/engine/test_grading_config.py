@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,32 @@ def test_nested_noise_table_is_checked() -> None:
         config("noise_cv = { p2x = 0.03 }", "simulated")
     with pytest.raises(ConfigError, match=r"\[grading\].noise_cv.p28: must be a coefficient"):
         config("noise_cv = { p28 = -1 }", "simulated")
+
+
+def test_the_simulated_graders_hosts_are_read_and_checked() -> None:
+    from engine.factory import make_backend
+
+    keys = (
+        'slots = 2\nhosts = ["h0", "h1"]\nhost_speed = { h1 = 1.1 }\nhost_noise = { h0 = 2 }\n'
+        "dsl_cv = { tirx = 0.25 }\noutlier_rate = 0.1\noutlier_factor = 2.0\nscatter = true"
+    )
+    backend = make_backend(config(keys, "simulated"))
+    assert (backend.hosts, backend.host_speed, backend.dsl_cv) == (
+        ("h0", "h1"), {"h1": 1.1}, {"tirx": 0.25},
+    )  # fmt: skip
+    assert (backend.outlier_rate, backend.scatter, backend.host_of("sim1")) == (0.1, True, "h1")
+    for bad, message in (
+        ("hosts = [1]", "hosts: must be a list of host names"),
+        ("host_speed = { h1 = 0 }", "host_speed.h1: must be a runtime factor above 0"),
+        ("host_noise = 3", "host_noise: must be a table"),
+        ("dsl_cv = { tirx = 1.5 }", "dsl_cv.tirx: must be a coefficient"),
+        ("outlier_rate = 2", "outlier_rate: must be in"),
+        ("outlier_factor = -1", "outlier_factor: must be above 0"),
+        ("scatter = 1", "scatter: must be true or false"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(f"[grading].{bad.split(' ')[0]}")) as err:
+            config(bad, "simulated")
+        assert message in str(err.value)
 
 
 def test_backend_key_lists_match_the_constructors() -> None:

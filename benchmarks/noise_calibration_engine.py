@@ -1,0 +1,253 @@
+"""Calibration through the real scheduler (docs/analysis.md, "Calibration"): each experiment is
+run by ``engine.scheduler.Engine`` with the simulated agent and the simulated grader
+(``engine.standins.simulated``) into a real SQLite store, with paired finals
+(``[grading] paired_repeats`` = 3, 5 or ``"adaptive"`` up to 5, the engine's own sequential
+rule and bands); then the real analysis (``engine.analysis.paired_lift.paired_report``, what
+``mkb analyze --json`` shows under ``paired``) reads the store, and each comparison's call on
+the end-to-end clock is checked against its known true effect.
+
+An experiment has ``problems`` problems × ``replicates`` × 2 directions comparisons (one model):
+half the problems null (ρ = 1), a quarter 1.1× and a quarter 1.3× help (the treatment's true
+runtime is 1/ρ of the baseline's). The grader's slots sit on simulated hosts with a known speed
+and log-normal noise (a CV). Scenarios: CV 3/10/25 % on one host; two hosts, the second 10 %
+slower (each paired job on one slot, as the engine places it); gradings spread over the two
+hosts whatever slot a job names (each on a slot drawn from its request id: a pool that ignores
+paired slots; the analysis must label such comparisons ``cross_host``); mixed DSL noise (CuTe
+3 %, TIRx 25 %); 2× outliers (a tenth of gradings).
+Gradings counted are the paired jobs' (each attempt's own final is common to every design).
+
+    .venv/bin/python benchmarks/noise_calibration_engine.py [--experiments 3] [--final-repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.analysis.paired_lift import paired_report
+from engine.config import parse_config
+from engine.factory import make_runner
+from engine.scheduler import Engine
+from engine.standins.simulated import SimulatedBackend
+from storage import repeats as repeat_rows
+from storage.store import Store
+
+EFFECTS = (1.0, 1.1, 1.3)
+DESIGNS = {"fixed_k3": "3", "fixed_k5": "5", "adaptive_max5": '"adaptive"\npaired_max = 5'}
+CONFIG = """
+[experiment]
+name = "calib"
+problems = {problems!r}
+replicates = {replicates}
+max_submissions = 0
+agent = "simulated"
+grading = "simulated"
+
+[agent]
+blank_skill_rate = 0.0
+final_runtime_ms = 0.5
+skill_runtime_factor = {{ {factors} }}
+
+[grading]
+paired_repeats = {design}
+final_repeats = {final_repeats}
+
+[[models]]
+name = "sim/a"
+
+[concurrency]
+sandboxes = 8
+attempts_per_model = 8
+grading_slots = 2
+"""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A simulated grader: its hosts' speed and noise (see the module docstring)."""
+
+    name: str
+    cv: float
+    hosts: tuple[str, ...] = ("host0",)
+    host_speed: dict[str, float] = field(default_factory=dict)
+    dsl_cv: dict[str, float] = field(default_factory=dict)
+    outlier_rate: float = 0.0
+    scatter: bool = False
+
+    def backend(self, seed: int) -> SimulatedBackend:
+        return SimulatedBackend(
+            slots=2,
+            hosts=self.hosts,
+            host_speed=self.host_speed,
+            noise_cv={"default": self.cv},
+            dsl_cv=self.dsl_cv,
+            outlier_rate=self.outlier_rate,
+            scatter=self.scatter,
+            seed=seed,
+        )
+
+
+def scenarios() -> list[Scenario]:
+    two = ("host0", "host1")
+    out = []
+    for cv in (0.03, 0.10, 0.25):
+        tag = f"cv{round(cv * 100)}"
+        out.append(Scenario(f"{tag} one host", cv))
+        out.append(Scenario(f"{tag} two hosts (+10 %)", cv, two, {"host1": 1.10}))
+    out.append(Scenario("cv3 gradings spread over two hosts", 0.03, two, scatter=True))
+    out.append(Scenario("mixed DSL noise (CuTe 3 % / TIRx 25 %)", 0.03, dsl_cv={"tirx": 0.25}))
+    out.append(Scenario("cv3 2x outliers (a tenth of gradings)", 0.03, outlier_rate=0.1))
+    return out
+
+
+def effects_of(problems: int) -> dict[str, float]:
+    """Problem id → true ρ: half null, a quarter 1.1×, a quarter 1.3× (at least one each)."""
+    helped = max(problems // 4, 1)
+    nulls = problems - 2 * helped
+    truth = [1.0] * nulls + [1.1] * helped + [1.3] * helped
+    return {f"p{i + 1:02d}": rho for i, rho in enumerate(truth)}
+
+
+def run_experiment(
+    sc: Scenario,
+    design: str,
+    truth: dict[str, float],
+    replicates: int,
+    seed: int,
+    db: Path,
+    final_repeats: int = 1,
+) -> dict[str, Any]:
+    """One experiment through the engine into ``db``; its calls and paired gradings.
+    ``final_repeats``: each attempt's own final graded that often (solo series: more bands)."""
+    factors = ", ".join(f"{p} = {1 / rho!r}" for p, rho in truth.items())
+    toml = CONFIG.format(
+        problems=sorted(truth),
+        replicates=replicates,
+        factors=factors,
+        design=DESIGNS[design],
+        final_repeats=final_repeats,
+    )
+    config = parse_config(toml, "calib.toml", check_problems=False)
+    with Store(db) as store:
+        engine = Engine(store, config, make_runner(config), sc.backend(seed))
+        asyncio.run(engine.run())
+        report = store.read_sync(paired_report, "calib")
+        rows = store.read_sync(repeat_rows.paired_rows, "calib")
+    gradings = sum(1 for rs in rows.values() for r in rs if r.state == "done")
+    calls = [(r["call"], truth[r["problem"]], r["status"]) for r in report["comparisons"]]
+    return {"calls": calls, "gradings": gradings}
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """False calls (share of nulls called), observed FDR (mean over experiments of wrong
+    calls / calls), detection per effect, paired gradings per comparison, cross_host share."""
+    nulls = false = comps = gradings = cross = 0
+    fdps: list[float] = []
+    effects = set(EFFECTS[1:]) | {rho for r in results for _, rho, _ in r["calls"]} - {1.0}
+    hits = {e: [0, 0] for e in sorted(effects)}
+    for r in results:
+        wrong = called = 0
+        for call, rho, status in r["calls"]:
+            is_call = call in ("help", "harm")
+            called += is_call
+            wrong += is_call and (rho == 1.0 or call == "harm")
+            cross += status == "cross_host"
+            if rho == 1.0:
+                nulls += 1
+                false += is_call
+            else:
+                hits[rho][0] += call == "help"
+                hits[rho][1] += 1
+        fdps.append(wrong / called if called else 0.0)
+        comps += len(r["calls"])
+        gradings += r["gradings"]
+    return {
+        "false_call_rate": false / nulls if nulls else None,
+        "fdr": float(np.mean(fdps)) if fdps else None,
+        **{f"detect_{e}": h / n if n else None for e, (h, n) in hits.items()},
+        "gradings_per_comparison": gradings / comps if comps else None,
+        "cross_host_share": cross / comps if comps else None,
+        "comparisons": comps,
+    }
+
+
+def saving(designs: dict[str, Any]) -> float:
+    """The adaptive design's paired gradings saved against fixed k = 5."""
+    adaptive = designs["adaptive_max5"]["gradings_per_comparison"]
+    return round(1 - adaptive / designs["fixed_k5"]["gradings_per_comparison"], 3)
+
+
+def calibrate_engine(
+    experiments: int,
+    problems: int,
+    replicates: int,
+    seed: int,
+    out: Path | None,
+    final_repeats: int = 1,
+) -> dict[str, Any]:
+    """Every scenario × design through the engine; the summary (also written to ``out``)."""
+    start = time.perf_counter()
+    truth = effects_of(problems)
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="mkb-calib-") as tmp:
+        for i, sc in enumerate(scenarios()):
+            rows[sc.name] = {}
+            for design in DESIGNS:
+                results = []
+                for e in range(experiments):
+                    db = Path(tmp) / f"s{i}-{design}-{e}.sqlite"
+                    seeded = seed + 1000 * i + e
+                    results.append(
+                        run_experiment(sc, design, truth, replicates, seeded, db, final_repeats)
+                    )
+                rows[sc.name][design] = summarize(results)
+    summary = {
+        "level": "through the engine (scheduler, simulated agent and grader, SQLite store)",
+        "measured_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": f"{platform.node()} ({platform.processor() or platform.machine()})",
+        "experiments": experiments,
+        "comparisons_per_experiment": 2 * problems * replicates,
+        "final_repeats": final_repeats,
+        "effects": truth,
+        "scenarios": rows,
+        "adaptive_saving": {name: saving(r) for name, r in rows.items()},
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    if out is not None:
+        out.write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--experiments", type=int, default=3)
+    parser.add_argument("--problems", type=int, default=4)
+    parser.add_argument("--replicates", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument(
+        "--final-repeats", type=int, default=1, help="gradings of each final (3: solo bands)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("docs/bench-records/2026-12-07-noise-calibration-engine.json"),
+    )
+    args = parser.parse_args()
+    summary = calibrate_engine(
+        args.experiments, args.problems, args.replicates, args.seed, args.out, args.final_repeats
+    )
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
