@@ -9,7 +9,11 @@ Each simulated experiment has ``--comparisons`` comparisons: half null (ρ = 1),
 host; two hosts, the second 10 % slower, each comparison's pairs on one of them; pairs
 round-robined over the two hosts (each pair's two gradings on one); the arms on different hosts
 (labelled cross_host: never called); mixed DSL noise (baseline 3 %, treatment 25 %); one 2×
-outlier grading in every comparison. Designs: fixed k = 3 and 5 pairs, and adaptive
+outlier grading in every comparison; 2× outliers in a tenth of gradings (as through the engine).
+Each comparison is tested from its gradings (``paired_test_gradings``: slow gradings rejected
+against their arm's fastest, then the paired test); ``--difference-rule`` tests from the pair
+differences alone with the older rule (a difference 5 SDs from the differences' median), for
+comparison. Designs: fixed k = 3 and 5 pairs, and adaptive
 (``engine.analysis.sequential``, up to ``--max-pairs``). A comparison is called beyond noise
 when its BH q ≤ 0.05 across its experiment (adaptive: on the sequence's p-value).
 
@@ -37,8 +41,10 @@ from engine.analysis.paired_test import (
     CROSS_HOST,
     bh_qvalues,
     paired_test,
+    paired_test_gradings,
     pairing_status,
     prior_of,
+    screen_pairs,
 )
 from engine.analysis.sequential import look
 
@@ -56,6 +62,7 @@ class Scenario:
     cv_treat: float
     hosts: str = "one"  # one | two | round_robin | cross
     outlier: bool = False
+    outlier_rate: float = 0.0  # share of gradings 2x slower
 
 
 def scenarios() -> list[Scenario]:
@@ -70,13 +77,14 @@ def scenarios() -> list[Scenario]:
         ]
     out.append(Scenario("mixed DSL noise (3 % / 25 %)", 0.03, 0.25))
     out.append(Scenario("cv3 one 2x outlier per comparison", 0.03, 0.03, outlier=True))
+    out.append(Scenario("cv3 2x outliers (a tenth of gradings)", 0.03, 0.03, outlier_rate=0.1))
     return out
 
 
 def simulate(
     rng: np.random.Generator, sc: Scenario, effect: float, pairs: int
-) -> tuple[list[float], list[tuple[str, str]]]:
-    """One comparison's pair differences and (baseline, treatment) slots."""
+) -> tuple[list[float], list[float], list[tuple[str, str]]]:
+    """One comparison's log runtimes per arm and (baseline, treatment) slots."""
     job_host = int(rng.integers(2)) if sc.hosts == "two" else 0
     slots, base, treat = [], [], []
     for i in range(pairs):
@@ -92,7 +100,14 @@ def simulate(
     if sc.outlier:
         arm = base if rng.random() < 0.5 else treat
         arm[int(rng.integers(pairs))] += math.log(2.0)
-    return [b - t for b, t in zip(base, treat, strict=True)], slots
+    for arm in (base, treat):
+        for i in range(pairs):
+            arm[i] += math.log(2.0) if rng.random() < sc.outlier_rate else 0.0
+    return base, treat, slots
+
+
+def differences(base: list[float], treat: list[float]) -> list[float]:
+    return [b - t for b, t in zip(base, treat, strict=True)]
 
 
 def bands(rng: np.random.Generator, sc: Scenario) -> dict[tuple[str, str], float]:
@@ -104,40 +119,74 @@ def bands(rng: np.random.Generator, sc: Scenario) -> dict[tuple[str, str], float
     return out
 
 
-def prior(band: dict[tuple[str, str], float], slots: list[tuple[str, str]]) -> float | None:
-    """The prior SD of one difference: the widest hosts' bands of both arms."""
+def arm_sigmas(
+    band: dict[tuple[str, str], float], slots: list[tuple[str, str]]
+) -> tuple[float, float]:
+    """Each arm's band σ of one grading: the widest of its hosts'."""
     sb = max(band[("base", b)] for b, _ in slots)
     st = max(band[("treat", t)] for _, t in slots)
-    return prior_of([sb, st], [BAND_DOF, BAND_DOF])[0]
+    return sb, st
 
 
-def run_fixed(rng: np.random.Generator, sc: Scenario, effects: list[float], k: int) -> dict:
-    band = bands(rng, sc)
-    ps: list[float | None] = []
-    signs: list[float] = []
-    used = 0
-    for effect in effects:
-        diffs, slots = simulate(rng, sc, effect, k)
-        used += 2 * k
-        if pairing_status(slots) == CROSS_HOST:
-            ps.append(None)
-            signs.append(0.0)
-            continue
-        est = paired_test(diffs, prior(band, slots), BAND_DOF)
-        ps.append(est.p)
-        signs.append(est.log_rho or 0.0)
-    return _calls(ps, signs, effects, used)
+def prior(band: dict[tuple[str, str], float], slots: list[tuple[str, str]]) -> float | None:
+    """The prior SD of one difference: the widest hosts' bands of both arms."""
+    return prior_of(list(arm_sigmas(band, slots)), [BAND_DOF, BAND_DOF])[0]
 
 
-def run_adaptive(
-    rng: np.random.Generator, sc: Scenario, effects: list[float], max_pairs: int
+def test_one(
+    base: list[float], treat: list[float], sigmas: tuple[float, float], difference_rule: bool
+) -> tuple[float | None, float]:
+    """One comparison's p-value and estimate: from its gradings, or (the older rule) from its
+    pair differences alone."""
+    if difference_rule:
+        sd = prior_of(list(sigmas), [BAND_DOF, BAND_DOF])[0]
+        est = paired_test(differences(base, treat), sd, BAND_DOF)
+    else:
+        ms = [math.exp(v) for v in base], [math.exp(v) for v in treat]
+        est = paired_test_gradings(*ms, sigmas, BAND_DOF)
+    return est.p, est.log_rho or 0.0
+
+
+def looked(
+    base: list[float], treat: list[float], sigmas: tuple[float, float], difference_rule: bool
+) -> list[float] | None:
+    """The differences one look of the sequential rule sees (None: outlier-dominated)."""
+    if difference_rule:
+        return differences(base, treat)
+    ms = [math.exp(v) for v in base], [math.exp(v) for v in treat]
+    diffs, _, dropped, _ = screen_pairs(*ms, *sigmas)
+    return None if dropped and 2 * dropped >= len(base) else diffs
+
+
+def run_fixed(
+    rng: np.random.Generator, sc: Scenario, effects: list[float], k: int, rule: bool = False
 ) -> dict:
     band = bands(rng, sc)
     ps: list[float | None] = []
     signs: list[float] = []
     used = 0
     for effect in effects:
-        diffs, slots = simulate(rng, sc, effect, max_pairs)
+        base, treat, slots = simulate(rng, sc, effect, k)
+        used += 2 * k
+        if pairing_status(slots) == CROSS_HOST:
+            ps.append(None)
+            signs.append(0.0)
+            continue
+        p, sign = test_one(base, treat, arm_sigmas(band, slots), rule)
+        ps.append(p)
+        signs.append(sign)
+    return _calls(ps, signs, effects, used)
+
+
+def run_adaptive(
+    rng: np.random.Generator, sc: Scenario, effects: list[float], max_pairs: int, rule: bool = False
+) -> dict:
+    band = bands(rng, sc)
+    ps: list[float | None] = []
+    signs: list[float] = []
+    used = 0
+    for effect in effects:
+        base, treat, slots = simulate(rng, sc, effect, max_pairs)
         if pairing_status(slots[:2]) == CROSS_HOST:  # never called: stop at the first look
             used += 4
             ps.append(None)
@@ -145,16 +194,20 @@ def run_adaptive(
             continue
         best: float | None = None
         for k in range(2, max_pairs + 1):
+            sigmas = arm_sigmas(band, slots[:k])
+            diffs = looked(base[:k], treat[:k], sigmas, rule)
+            if diffs is None:  # an outlier-dominated look continues
+                continue
             # the band's σ of one grading: a difference's prior SD / √2
             sigma = (prior(band, slots[:k]) or 0.0) / math.sqrt(2) or None
-            step = look(diffs[:k], sigma, BAND_DOF, max_pairs)
+            step = look(diffs, sigma, BAND_DOF, max_pairs)
             if step.weighted_p is not None:
                 best = step.weighted_p if best is None else min(best, step.weighted_p)
             if step.decision != "continue":
                 break
         used += 2 * k
         ps.append(best)
-        signs.append(paired_test(diffs[:k], prior(band, slots[:k]), BAND_DOF).log_rho or 0.0)
+        signs.append(test_one(base[:k], treat[:k], arm_sigmas(band, slots[:k]), rule)[1])
     return _calls(ps, signs, effects, used)
 
 
@@ -205,19 +258,32 @@ def main() -> None:
     parser.add_argument("--max-pairs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument(
+        "--difference-rule",
+        action="store_true",
+        help="test from the pair differences alone (the older outlier rule), for comparison",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("docs/bench-records/2026-12-07-noise-calibration.json")
     )
     args = parser.parse_args()
-    print(
-        json.dumps(
-            calibrate(args.experiments, args.comparisons, args.max_pairs, args.seed, args.out),
-            indent=1,
-        )
+    summary = calibrate(
+        args.experiments,
+        args.comparisons,
+        args.max_pairs,
+        args.seed,
+        args.out,
+        args.difference_rule,
     )
+    print(json.dumps(summary, indent=1))
 
 
 def calibrate(
-    experiments: int, comparisons: int, max_pairs: int, seed: int, out: Path | None
+    experiments: int,
+    comparisons: int,
+    max_pairs: int,
+    seed: int,
+    out: Path | None,
+    difference_rule: bool = False,
 ) -> dict[str, Any]:
     """Every scenario × design; the summary (also written to ``out``)."""
     start = time.perf_counter()
@@ -226,14 +292,15 @@ def calibrate(
         for e, share in zip(EFFECTS, SHARES, strict=True)
         for _ in range(round(share * comparisons))
     ]
+    rule = difference_rule
     rows: dict[str, dict[str, Any]] = {}
     for i, sc in enumerate(scenarios()):
         rng = np.random.default_rng([seed, i])
         designs = {
-            "fixed_k3": [run_fixed(rng, sc, effects, 3) for _ in range(experiments)],
-            "fixed_k5": [run_fixed(rng, sc, effects, 5) for _ in range(experiments)],
+            "fixed_k3": [run_fixed(rng, sc, effects, 3, rule) for _ in range(experiments)],
+            "fixed_k5": [run_fixed(rng, sc, effects, 5, rule) for _ in range(experiments)],
             f"adaptive_max{max_pairs}": [
-                run_adaptive(rng, sc, effects, max_pairs) for _ in range(experiments)
+                run_adaptive(rng, sc, effects, max_pairs, rule) for _ in range(experiments)
             ],
         }
         rows[sc.name] = {name: summarize(res) for name, res in designs.items()}
@@ -244,6 +311,7 @@ def calibrate(
         "experiments": experiments,
         "comparisons_per_experiment": comparisons,
         "band_dof": BAND_DOF,
+        "outlier_rule": "differences" if difference_rule else "gradings",
         "max_pairs": max_pairs,
         "scenarios": rows,
         "targets": TARGETS,

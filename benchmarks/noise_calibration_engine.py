@@ -17,6 +17,7 @@ paired slots; the analysis must label such comparisons ``cross_host``); mixed DS
 Gradings counted are the paired jobs' (each attempt's own final is common to every design).
 
     .venv/bin/python benchmarks/noise_calibration_engine.py [--experiments 3] [--final-repeats 3]
+        [--scenario "cv3 one host" --scenario "cv3 2x outliers (a tenth of gradings)"]
 """
 
 from __future__ import annotations
@@ -194,13 +195,17 @@ def calibrate_engine(
     seed: int,
     out: Path | None,
     final_repeats: int = 1,
+    only: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Every scenario × design through the engine; the summary (also written to ``out``)."""
+    """Every scenario (``only``: those named) × design through the engine; the summary (also
+    written to ``out``)."""
     start = time.perf_counter()
     truth = effects_of(problems)
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="mkb-calib-") as tmp:
         for i, sc in enumerate(scenarios()):
+            if only and sc.name not in only:
+                continue
             rows[sc.name] = {}
             for design in DESIGNS:
                 results = []
@@ -238,13 +243,26 @@ def main() -> None:
         "--final-repeats", type=int, default=1, help="gradings of each final (3: solo bands)"
     )
     parser.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        choices=[sc.name for sc in scenarios()],
+        help="run only this scenario (repeatable; default: every one)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path("docs/bench-records/2026-12-07-noise-calibration-engine.json"),
     )
     args = parser.parse_args()
     summary = calibrate_engine(
-        args.experiments, args.problems, args.replicates, args.seed, args.out, args.final_repeats
+        args.experiments,
+        args.problems,
+        args.replicates,
+        args.seed,
+        args.out,
+        args.final_repeats,
+        tuple(args.scenario),
     )
     print(json.dumps(summary, indent=1))
 

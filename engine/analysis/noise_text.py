@@ -179,7 +179,23 @@ def paired_lines(report: dict[str, Any]) -> list[str]:
         "",
     )
     lines = text_table(title(heading, report["preview"]), header, rows, left=5)
-    return [*lines, *power_lines(paired.get("power"), "per comparison")]
+    return [
+        *lines,
+        *outlier_lines(paired.get("outliers")),
+        *power_lines(paired.get("power"), "per comparison"),
+    ]
+
+
+def outlier_lines(totals: dict[str, Any] | None) -> list[str]:
+    """The gradings the paired test rejected as outliers, per clock."""
+    if not totals:
+        return []
+    return [
+        f"  outliers ({name}): {t['rejected_gradings']} grading(s) rejected, "
+        f"{t['dropped_pairs']} pair(s) dropped, in {t['comparisons']} comparison(s)"
+        for clock, name in (("e2e", "end to end"), ("span", "GPU span"))
+        if (t := totals.get(clock))
+    ]
 
 
 def noise_lines(report: dict[str, Any]) -> list[str]:

@@ -21,13 +21,12 @@ from typing import Any
 from engine.analysis.noise import BandKey, Series, band_of
 from engine.analysis.paired_test import (
     PAIRED,
+    PRIOR_DOF_CAP,
     PairedEstimate,
     bh_qvalues,
     call_of,
-    log_differences,
-    paired_test,
+    paired_test_gradings,
     pairing_status,
-    prior_of,
 )
 from engine.analysis.power import paired_power
 from storage.paired_repeats import PairedComparison, PairedGrading
@@ -43,20 +42,24 @@ def _value(g: PairedGrading, clock: str) -> float | None:
     return None
 
 
-def _prior(
+def _arm_bands(
     c: PairedComparison, groups: Mapping[BandKey, Sequence[Series]]
-) -> tuple[float | None, int]:
-    """The prior SD of one difference from the arms' leave-one-out bands (None: no band)."""
+) -> tuple[tuple[float | None, float | None], int]:
+    """Each arm's band σ of one grading from the leave-one-out bands (the widest of its hosts';
+    None: an arm without a band) and the smallest dof."""
     own = {g.series for g in (*c.baseline, *c.treatment)}
     sigmas: list[float | None] = []
     dofs: list[int] = []
     for arm in (c.baseline, c.treatment):
+        arm_sigmas: list[float | None] = []
         for key in {(c.problem_id, g.dsl, g.host) for g in arm}:
             others = [s for s in groups.get(key, ()) if s.key not in own]
             band = band_of(*key, others)
-            sigmas.append(band.sigma)
+            arm_sigmas.append(band.sigma)
             dofs.append(band.dof)
-    return prior_of(sigmas, dofs)
+        known = [s for s in arm_sigmas if s is not None]
+        sigmas.append(max(known) if known and len(known) == len(arm_sigmas) else None)
+    return (sigmas[0], sigmas[1]), min(dofs, default=0)
 
 
 def _estimate(
@@ -64,9 +67,8 @@ def _estimate(
 ) -> PairedEstimate:
     base = [_value(b, clock) for b, _ in c.pairs]
     treat = [_value(t, clock) for _, t in c.pairs]
-    diffs = log_differences(base, treat)
-    prior_sd, prior_dof = _prior(c, groups)
-    return paired_test(diffs, prior_sd, prior_dof)
+    sigmas, dof = _arm_bands(c, groups)
+    return paired_test_gradings(base, treat, sigmas, min(dof, PRIOR_DOF_CAP))
 
 
 def paired_calls(
@@ -118,12 +120,42 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         "call": calls["e2e"],
         "clocks": clocks,
         "clocks_disagree": disagree,
-        "note": (
-            f"clocks disagree: end to end {calls['e2e']}, GPU span {calls['span']}"
-            if disagree
-            else ""
+        "rejected_gradings": {clock: v["rejected_gradings"] for clock, v in clocks.items()},
+        "note": "; ".join(
+            [
+                *(
+                    [f"clocks disagree: end to end {calls['e2e']}, GPU span {calls['span']}"]
+                    if disagree
+                    else []
+                ),
+                *_outlier_notes(clocks),
+            ]
         ),
     }
+
+
+def _outlier_notes(clocks: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Per clock with rejected gradings: how many, the pairs they cost and the bound's basis."""
+    names = {"e2e": "end to end", "span": "GPU span"}
+    return [
+        f"{names[clock]}: {v['rejected_gradings']} grading(s) rejected as outliers "
+        f"({v['dropped_pairs']} pair(s) dropped; bound from {v['outlier_basis']})"
+        for clock, v in clocks.items()
+        if v["rejected_gradings"]
+    ]
+
+
+def outlier_totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per clock: gradings rejected as outliers, pairs dropped and comparisons touched."""
+    out: dict[str, dict[str, int]] = {}
+    for clock in CLOCKS:
+        ests = [r["clocks"][clock] for r in rows]
+        out[clock] = {
+            "rejected_gradings": sum(e["rejected_gradings"] for e in ests),
+            "dropped_pairs": sum(e["dropped_pairs"] for e in ests),
+            "comparisons": sum(1 for e in ests if e["rejected_gradings"]),
+        }
+    return out
 
 
 def power_note(
@@ -175,4 +207,4 @@ def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
         [b.sigma for b in bands if b.sigma is not None],
         min((b.dof for b in bands), default=0),
     )
-    return {"comparisons": rows, "power": note}
+    return {"comparisons": rows, "power": note, "outliers": outlier_totals(rows)}

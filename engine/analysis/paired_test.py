@@ -13,9 +13,15 @@ a t interval with ``ν₀ + k − 1`` degrees of freedom and a two-sided p-value
 :data:`PRIOR_DOF_CAP` so that a pair graded on a noisier day than the band's still moves its own
 σ. Without a band the pair's own s² with k − 1 degrees of freedom is used (no test below k = 2).
 
-Outliers: a difference farther than :data:`OUTLIER_Z` reference SDs from the differences' median
-is rejected before the test (the reference: the band's SD of a difference, else 1.4826 · MAD of
-the differences from 3 pairs on); the count is reported. Two pairs that disagree so (their
+Outliers, first per grading (:func:`screen_pairs`): each arm of a paired job is k gradings of one
+unchanged file on one slot, so a grading slower than its arm's fastest by more than
+``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the arm's band, else the
+arm's own 1.4826 · MAD from 3 gradings on); dropping half the pairs or more leaves the comparison
+*outlier-dominated*: no test. Where only the differences are known (:func:`paired_test` alone,
+the sequential rule's looks): a difference farther than :data:`OUTLIER_Z`
+reference SDs from the differences' median is rejected before the test (the reference: the
+band's SD of a difference, else 1.4826 · MAD of the differences from 3 pairs on); the count is
+reported. Two pairs that disagree so (their
 median is their mean: which one is wrong cannot be told), or rejections of half the pairs or
 more, leave the comparison *outlier-dominated*: no test.
 
@@ -27,7 +33,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scipy import special
 
@@ -35,6 +41,7 @@ PRIOR_DOF_CAP = 20  # the band's degrees of freedom count at most this much agai
 MIN_VARIANCE = 1e-20  # below this (an SD of 1e-10 in log units) the differences are identical
 FDR = 0.05  # "beyond noise" = BH q ≤ FDR
 OUTLIER_Z = 5.0  # a difference this many reference SDs from the median is an outlier
+MIN_SLOWDOWN = math.log(1.5)  # a grading is never an outlier within 1.5x of its arm's fastest
 MAD_TO_SD = 1.4826
 PAIRED, CROSS_HOST, UNPAIRED = "paired", "cross_host", "unpaired"
 
@@ -53,6 +60,9 @@ class PairedEstimate:
     prior: bool  # whether a band entered the variance
     rejected: int = 0  # differences rejected as outliers (not among the k pairs)
     note: str = ""  # why there is no test, when there is none
+    rejected_gradings: int = 0  # gradings beyond their arm's bound (:func:`screen_pairs`)
+    dropped_pairs: int = 0  # pairs lost to those gradings (not among the k pairs)
+    outlier_basis: str = ""  # what bounded the gradings: "band", "own spread" or "none"
 
     @property
     def rho(self) -> float | None:
@@ -76,6 +86,9 @@ class PairedEstimate:
             "p": self.p,
             "prior": self.prior,
             "rejected": self.rejected,
+            "rejected_gradings": self.rejected_gradings,
+            "dropped_pairs": self.dropped_pairs,
+            "outlier_basis": self.outlier_basis,
             "note": self.note,
         }
 
@@ -137,12 +150,95 @@ def outliers(diffs: Sequence[float], prior_sd: float | None) -> list[bool]:
     return [abs(d - middle) > OUTLIER_Z * ref for d in diffs]
 
 
-def paired_test(
-    diffs: Sequence[float], prior_sd: float | None = None, prior_dof: int = 0, alpha: float = 0.05
+def slow_outliers(logs: Sequence[float | None], sigma: float | None) -> tuple[list[bool], str]:
+    """Which gradings of one arm (log runtimes; None: invalid) are outliers, and the basis.
+
+    The reference is the arm's fastest grading, not its median: slowdowns (a busy host, a
+    throttled clock) only add time, and with 2 of 3 gradings slowed the median is an outlier's.
+    The bound is ``max(OUTLIER_Z · √2 · σ, log 1.5)`` above it (a grading less the fastest is a
+    difference of two gradings: SD √2 σ); σ is the arm's band (``band``), else
+    1.4826 · MAD of the arm's own gradings from 3 on (``own spread``); else nothing is judged."""
+    valid = [v for v in logs if v is not None]
+    if len(valid) < 2:
+        return [False] * len(logs), "none"
+    basis = "band"
+    if sigma is None or not sigma > 0:
+        if len(valid) < 3:
+            return [False] * len(logs), "none"
+        middle = statistics.median(valid)
+        sigma = MAD_TO_SD * statistics.median(abs(v - middle) for v in valid)
+        basis = "own spread"
+    bound = max(OUTLIER_Z * math.sqrt(2) * sigma, MIN_SLOWDOWN)
+    fastest = min(valid)
+    return [v is not None and v - fastest > bound for v in logs], basis
+
+
+def _log(value: float | None) -> float | None:
+    return math.log(value) if value is not None and _valid(value) else None
+
+
+def screen_pairs(
+    base_ms: Sequence[float | None],
+    treat_ms: Sequence[float | None],
+    sigma_base: float | None,
+    sigma_treat: float | None,
+) -> tuple[list[float], int, int, str]:
+    """The pair differences after per-grading outliers are dropped (see :func:`slow_outliers`):
+    (differences kept, gradings rejected, pairs dropped, basis; the weaker arm's basis)."""
+    base = [_log(v) for v in base_ms]
+    treat = [_log(v) for v in treat_ms]
+    bad_b, basis_b = slow_outliers(base, sigma_base)
+    bad_t, basis_t = slow_outliers(treat, sigma_treat)
+    diffs: list[float] = []
+    dropped = 0
+    for b, t, xb, xt in zip(base, treat, bad_b, bad_t, strict=False):
+        if b is None or t is None:
+            continue
+        if xb or xt:
+            dropped += 1
+        else:
+            diffs.append(b - t)
+    order = ("none", "own spread", "band")
+    basis = min(basis_b, basis_t, key=order.index)
+    return diffs, sum(bad_b) + sum(bad_t), dropped, basis
+
+
+def paired_test_gradings(
+    base_ms: Sequence[float | None],
+    treat_ms: Sequence[float | None],
+    sigmas: tuple[float | None, float | None] = (None, None),
+    prior_dof: int = 0,
+    alpha: float = 0.05,
 ) -> PairedEstimate:
-    """The paired t test of ``log ρ = 0`` from the pair differences (see the module docstring)."""
+    """The paired test from the pairs' runtimes: per-grading outliers dropped first
+    (``sigmas``: each arm's band σ of one grading, None without one), then :func:`paired_test`
+    with the bands' prior and no second screen of the differences (the grading rule sees every
+    outlier it would, and without a band 3 differences' MAD is too fragile a reference); half
+    the pairs or more dropped is *outlier-dominated*: no test."""
+    diffs, rejected, dropped, basis = screen_pairs(base_ms, treat_ms, *sigmas)
+    prior_sd, _ = prior_of(list(sigmas), [prior_dof, prior_dof])
+    total = len(diffs) + dropped
+    if dropped and 2 * dropped >= total:
+        mean = sum(diffs) / len(diffs) if diffs else None
+        note = f"outlier-dominated: {dropped} of {total} pairs dropped"
+        prior = prior_sd is not None and prior_dof > 0
+        est = PairedEstimate(len(diffs), mean, None, 0, None, None, None, prior, 0, note)
+    else:
+        est = paired_test(diffs, prior_sd, prior_dof, alpha, screen=False)
+    return replace(est, rejected_gradings=rejected, dropped_pairs=dropped, outlier_basis=basis)
+
+
+def paired_test(
+    diffs: Sequence[float],
+    prior_sd: float | None = None,
+    prior_dof: int = 0,
+    alpha: float = 0.05,
+    screen: bool = True,
+) -> PairedEstimate:
+    """The paired t test of ``log ρ = 0`` from the pair differences (see the module docstring);
+    ``screen``: reject outlying differences (off where the gradings were screened already)."""
     prior = prior_sd is not None and prior_dof > 0
-    flagged = outliers(diffs, prior_sd if prior else None)
+    flagged = outliers(diffs, prior_sd if prior else None) if screen else [False] * len(diffs)
     rejected = sum(flagged)
     kept = [d for d, bad in zip(diffs, flagged, strict=True) if not bad]
     k = len(kept)
