@@ -40,6 +40,7 @@ import numpy as np
 from engine.analysis.paired_test import (
     CROSS_HOST,
     bh_qvalues,
+    outlier_dominated,
     paired_test,
     paired_test_gradings,
     pairing_status,
@@ -154,8 +155,8 @@ def looked(
     if difference_rule:
         return differences(base, treat)
     ms = [math.exp(v) for v in base], [math.exp(v) for v in treat]
-    diffs, _, dropped, _ = screen_pairs(*ms, *sigmas)
-    return None if dropped and 2 * dropped >= len(base) else diffs
+    diffs, _, dropped, basis = screen_pairs(*ms, *sigmas)
+    return None if outlier_dominated(len(diffs), dropped, basis) else diffs
 
 
 def run_fixed(

@@ -15,15 +15,15 @@ a t interval with ``ν₀ + k − 1`` degrees of freedom and a two-sided p-value
 
 Outliers, first per grading (:func:`screen_pairs`): each arm of a paired job is k gradings of one
 unchanged file on one slot, so a grading slower than its arm's fastest by more than
-``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the arm's band, else the
-arm's own 1.4826 · MAD from 3 gradings on); dropping half the pairs or more leaves the comparison
-*outlier-dominated*: no test. Where only the differences are known (:func:`paired_test` alone,
-the sequential rule's looks): a difference farther than :data:`OUTLIER_Z`
-reference SDs from the differences' median is rejected before the test (the reference: the
-band's SD of a difference, else 1.4826 · MAD of the differences from 3 pairs on); the count is
-reported. Two pairs that disagree so (their
-median is their mean: which one is wrong cannot be told), or rejections of half the pairs or
-more, leave the comparison *outlier-dominated*: no test.
+``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the arm's band, else
+the arm's own 1.4826 · MAD from 3 gradings on); no pair left, or half the pairs or more dropped
+on the arms' own spread, leaves the comparison *outlier-dominated*: no test. Where only the
+differences are known (:func:`paired_test` alone, the sequential rule's looks): a difference
+farther than :data:`OUTLIER_Z` reference SDs from the differences' median is rejected before
+the test (the reference: the band's SD of a difference, else 1.4826 · MAD of the differences
+from 3 pairs on); the count is reported. Two pairs that disagree so (their median is their
+mean: which one is wrong cannot be told), or rejections of half the pairs or more, leave the
+comparison *outlier-dominated*: no test.
 
 Pure functions (numpy/scipy, no storage).
 """
@@ -203,6 +203,15 @@ def screen_pairs(
     return diffs, sum(bad_b) + sum(bad_t), dropped, basis
 
 
+def outlier_dominated(kept: int, dropped: int, basis: str) -> bool:
+    """Whether the pairs left after per-grading rejection allow no test: none left, or (judged
+    without a band) half the pairs or more dropped. With a band the judgement is the band's and
+    the test runs on what is left, however few (its variance is the band's anyway)."""
+    if not dropped:
+        return False
+    return kept == 0 or (basis != "band" and 2 * dropped >= kept + dropped)
+
+
 def paired_test_gradings(
     base_ms: Sequence[float | None],
     treat_ms: Sequence[float | None],
@@ -213,14 +222,13 @@ def paired_test_gradings(
     """The paired test from the pairs' runtimes: per-grading outliers dropped first
     (``sigmas``: each arm's band σ of one grading, None without one), then :func:`paired_test`
     with the bands' prior and no second screen of the differences (the grading rule sees every
-    outlier it would, and without a band 3 differences' MAD is too fragile a reference); half
-    the pairs or more dropped is *outlier-dominated*: no test."""
+    outlier it would, and without a band 3 differences' MAD is too fragile a reference); see
+    :func:`outlier_dominated` for when no test is left."""
     diffs, rejected, dropped, basis = screen_pairs(base_ms, treat_ms, *sigmas)
     prior_sd, _ = prior_of(list(sigmas), [prior_dof, prior_dof])
-    total = len(diffs) + dropped
-    if dropped and 2 * dropped >= total:
+    if outlier_dominated(len(diffs), dropped, basis):
         mean = sum(diffs) / len(diffs) if diffs else None
-        note = f"outlier-dominated: {dropped} of {total} pairs dropped"
+        note = f"outlier-dominated: {dropped} of {len(diffs) + dropped} pairs dropped"
         prior = prior_sd is not None and prior_dof > 0
         est = PairedEstimate(len(diffs), mean, None, 0, None, None, None, prior, 0, note)
     else:

@@ -15,6 +15,7 @@ from engine.analysis.paired_test import (
     call_of,
     log_differences,
     paired_test,
+    paired_test_gradings,
     pairing_status,
     prior_of,
 )
@@ -87,6 +88,51 @@ def test_a_2x_outlier_is_rejected_and_counted_not_called() -> None:
     assert two.p is None and two.note == "outlier-dominated" and call_of(two, None) == "untested"
     # without a band the MAD of 3+ differences is the reference
     assert paired_test([0.01, 0.02, 0.015, 0.012, 0.9]).rejected == 1
+
+
+def test_two_slow_gradings_in_one_arm_of_three_pairs_are_caught() -> None:
+    # the baseline's 2nd and 3rd gradings ran 2x slow: the differences' median is an outlier's
+    base = [1.00, 2.01, 1.99]
+    treat = [1.01, 0.99, 1.00]
+    est = paired_test_gradings(base, treat, (0.03, 0.03), 20)
+    assert (est.rejected_gradings, est.dropped_pairs, est.outlier_basis) == (2, 2, "band")
+    # with a band the one clean pair is tested on the band's variance: within, not help
+    assert est.k == 1 and est.p is not None and est.p > 0.5  # old rule: p ≈ 1e-16, help
+    # without a band the arm's own spread bounds it, and two of three dropped leave no test
+    bare = paired_test_gradings(base, treat)
+    assert (bare.rejected_gradings, bare.outlier_basis, bare.p) == (2, "own spread", None)
+    assert bare.note.startswith("outlier-dominated") and call_of(bare, None) == "untested"
+    five = paired_test_gradings([*base, 1.0, 1.02], [*treat, 1.0, 0.98], (0.03, 0.03), 20)
+    assert (five.k, five.dropped_pairs) == (3, 2)
+    assert five.p is not None and five.p > 0.05 and abs(five.log_rho or 1.0) < 0.03
+
+
+def test_a_clean_comparison_loses_nothing() -> None:
+    # within 1.5x of each arm's fastest nothing is an outlier, whatever the spread of the
+    # differences (here their MAD is tiny and the third difference 50 MADs from the median)
+    base = [1.0, 1.0, 1.0]
+    treat = [1.0, 0.999, 0.95]
+    for sigmas in ((None, None), (0.005, 0.005)):
+        est = paired_test_gradings(base, treat, sigmas, 20)
+        assert (est.rejected_gradings, est.dropped_pairs, est.rejected, est.k) == (0, 0, 0, 3)
+        assert est.log_rho == pytest.approx(np.mean(log_differences(base, treat)))
+    rng = np.random.default_rng(7)
+    for _ in range(200):  # CV 25 % at its band: no clean grading is judged slow
+        b, t = np.exp(rng.normal(0, 0.25, 5)), np.exp(rng.normal(0, 0.25, 5))
+        assert paired_test_gradings(list(b), list(t), (0.25, 0.25), 20).rejected_gradings == 0
+
+
+def test_the_report_counts_rejected_gradings() -> None:
+    from engine.analysis.noise_text import outlier_lines
+    from engine.analysis.paired_lift import outlier_totals
+
+    spoiled = paired_test_gradings([1.0, 2.0, 1.01, 1.0, 0.99], [1.0] * 5, (0.03, 0.03), 20)
+    clean = paired_test_gradings([1.0] * 3, [1.01, 1.0, 0.99], (0.03, 0.03), 20)
+    rows = [{"clocks": {"e2e": e.as_dict(), "span": clean.as_dict()}} for e in (spoiled, clean)]
+    totals = outlier_totals(rows)
+    assert totals["e2e"] == {"rejected_gradings": 1, "dropped_pairs": 1, "comparisons": 1}
+    assert totals["span"]["rejected_gradings"] == 0
+    assert "end to end): 1 grading(s) rejected, 1 pair(s) dropped" in outlier_lines(totals)[0]
 
 
 def test_pairing_status() -> None:
