@@ -101,7 +101,7 @@ def simulate(
     if sc.outlier:
         arm = base if rng.random() < 0.5 else treat
         arm[int(rng.integers(pairs))] += math.log(2.0)
-    for arm in (base, treat):
+    for arm in (base, treat) if sc.outlier_rate else ():  # no draws: other scenarios' stream
         for i in range(pairs):
             arm[i] += math.log(2.0) if rng.random() < sc.outlier_rate else 0.0
     return base, treat, slots
