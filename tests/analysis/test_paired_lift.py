@@ -168,3 +168,36 @@ def test_mkb_analyze_shows_paired_calls_in_text_and_json(
         "p04": "within",
         "p05": "unpaired",
     }
+
+
+def test_slow_gradings_are_rejected_and_shown_by_mkb_analyze(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A null comparison whose baseline ran 2x slow in 2 of its 3 gradings: the old rule
+    (differences against their median) called it help; now both gradings are rejected, the
+    clean pair is tested (within) and the count shows in the text and the JSON."""
+    from app.cli import main
+
+    rng = random.Random(3)
+    db = open_db(db_path)
+    writes.create_experiment(db, "e", "e")
+    _noise(db, "p01", 0.03, rng)
+    base = [(1.0, 1.0), (2.01, 1.0), (1.99, 1.0)]  # end to end slowed; the span is not
+    _job(db, _comparison(db, "p01", 1), "p01", base, [(1.01, 1.0), (0.99, 1.0), (1.0, 1.0)])
+    db.conn.commit()
+    db.conn.close()
+    assert main(["analyze", "--db", str(db_path), "--experiment", "e", "--json"]) == 0
+    paired = json.loads(capsys.readouterr().out)["paired"]
+    e2e = paired["comparisons"][0]["clocks"]["e2e"]
+    assert e2e["call"] == "within" and e2e["k"] == 1
+    assert (e2e["rejected_gradings"], e2e["dropped_pairs"], e2e["outlier_basis"]) == (2, 2, "band")
+    assert paired["outliers"]["e2e"] == {
+        "rejected_gradings": 2,
+        "dropped_pairs": 2,
+        "comparisons": 1,
+    }
+    assert paired["outliers"]["span"]["rejected_gradings"] == 0
+    assert main(["analyze", "--db", str(db_path), "--experiment", "e"]) == 0
+    out = capsys.readouterr().out
+    assert "end to end: 2 grading(s) rejected as outliers (2 pair(s) dropped" in out
+    assert "outliers (end to end): 2 grading(s) rejected, 2 pair(s) dropped" in out
