@@ -29,6 +29,7 @@ class PairedGrading:
     verdict: str | None
     impl_median_ms: float | None
     span_ms: float | None
+    source_hash: str = ""  # the graded file's (its arm's solo finals share it)
 
     @property
     def passed(self) -> bool:
@@ -70,7 +71,8 @@ def comparison_pairs(db: Any, experiment_id: str) -> list[PairedComparison]:
         return []
     rows = db.execute(
         "SELECT t.pair_key, t.arm, t.series, t.repeat, t.dsl, t.host, t.slot, t.verdict, "
-        "t.impl_median_ms, t.span_ms, c.id, c.model, c.problem_id, c.direction, c.replicate "
+        "t.impl_median_ms, t.span_ms, t.source_hash, c.id, c.model, c.problem_id, c.direction, "
+        "c.replicate "
         "FROM timing_repeats t JOIN comparisons c "
         "ON t.pair_key = 'pair:' || c.experiment_id || ':' || c.id "
         "WHERE t.experiment_id = ? AND c.experiment_id = ? AND t.pair_key IS NOT NULL "
@@ -82,13 +84,35 @@ def comparison_pairs(db: Any, experiment_id: str) -> list[PairedComparison]:
         lambda: {"baseline": [], "treatment": []}
     )
     keys: dict[int, tuple[str, str, str, int]] = {}
-    for key, arm, series, repeat, dsl, host, slot, verdict, impl, span, cid, *rest in rows:
+    for key, arm, series, repeat, dsl, host, slot, verdict, impl, span, sha, cid, *rest in rows:
         del key
         arms[cid][arm].append(
-            PairedGrading(series, int(repeat), dsl, host, slot or "", verdict, impl, span)
+            PairedGrading(
+                series, int(repeat), dsl, host, slot or "", verdict, impl, span, sha or ""
+            )
         )
         keys[cid] = (rest[0], rest[1], rest[2], int(rest[3]))
     return [
         PairedComparison(cid, *keys[cid], tuple(a["baseline"]), tuple(a["treatment"]))
         for cid, a in sorted(arms.items())
     ]
+
+
+def solo_gradings(
+    db: Any, experiment_id: str, hashes: set[str]
+) -> dict[tuple[str, str], list[tuple[float | None, float | None]]]:
+    """The experiment's passing unpaired gradings of these files, by (source hash, host):
+    (end to end, span) each; more readings of a paired arm's file on its host."""
+    out: dict[tuple[str, str], list[tuple[float | None, float | None]]] = defaultdict(list)
+    if not hashes or not has_pairing(db):
+        return out
+    rows = db.execute(
+        "SELECT source_hash, host, impl_median_ms, span_ms FROM timing_repeats "
+        "WHERE experiment_id = ? AND pair_key IS NULL AND state = 'done' "
+        "AND verdict IN ('pass', 'preview')",
+        [experiment_id],
+    ).fetchall()
+    for sha, host, impl, span in rows:
+        if sha in hashes:
+            out[(sha, host)].append((impl, span))
+    return out

@@ -62,25 +62,39 @@ def _arm_bands(
     return (sigmas[0], sigmas[1]), min(dofs, default=0)
 
 
+Solo = Mapping[tuple[str, str], Sequence[tuple[float | None, float | None]]]
+
+
+def _refs(arm: Sequence[PairedGrading], clock: str, solo: Solo) -> list[float | None]:
+    """The arm's file's unpaired readings on the arm's hosts on this clock."""
+    index = 0 if clock == "e2e" else 1
+    keys = {(g.source_hash, g.host) for g in arm if g.source_hash}
+    return [reading[index] for key in keys for reading in solo.get(key, ())]
+
+
 def _estimate(
-    c: PairedComparison, clock: str, groups: Mapping[BandKey, Sequence[Series]]
+    c: PairedComparison, clock: str, groups: Mapping[BandKey, Sequence[Series]], solo: Solo
 ) -> PairedEstimate:
     base = [_value(b, clock) for b, _ in c.pairs]
     treat = [_value(t, clock) for _, t in c.pairs]
     sigmas, dof = _arm_bands(c, groups)
-    return paired_test_gradings(base, treat, sigmas, min(dof, PRIOR_DOF_CAP))
+    refs = (_refs(c.baseline, clock, solo), _refs(c.treatment, clock, solo))
+    return paired_test_gradings(base, treat, sigmas, min(dof, PRIOR_DOF_CAP), refs=refs)
 
 
 def paired_calls(
-    comparisons: Sequence[PairedComparison], series: Mapping[str, Iterable[Series]]
+    comparisons: Sequence[PairedComparison],
+    series: Mapping[str, Iterable[Series]],
+    solo: Solo | None = None,
 ) -> list[dict[str, Any]]:
     """Per comparison: its pairing, and per clock the test, q and call (see the docstring).
-    ``series``: each clock's stored series (``e2e`` and ``span``)."""
+    ``series``: each clock's stored series (``e2e`` and ``span``); ``solo``: unpaired readings
+    (e2e, span) of the arms' files by (source hash, host), more references for outliers."""
     groups = {clock: _grouped(series.get(clock, ())) for clock in CLOCKS}
     rows: list[dict[str, Any]] = []
     for c in comparisons:
         status = pairing_status([(b.where, t.where) for b, t in c.pairs])
-        clocks = {clock: _estimate(c, clock, groups[clock]) for clock in CLOCKS}
+        clocks = {clock: _estimate(c, clock, groups[clock], solo or {}) for clock in CLOCKS}
         rows.append({"comparison": c, "status": status, "clocks": clocks})
     for clock in CLOCKS:
         ps = [r["clocks"][clock].p if r["status"] == PAIRED else None for r in rows]
@@ -183,7 +197,7 @@ def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
     from engine.analysis.noise import pool
     from engine.analysis.spans import span_series
     from storage import queries, repeats
-    from storage.paired_repeats import comparison_pairs
+    from storage.paired_repeats import comparison_pairs, solo_gradings
 
     comps = comparison_pairs(db, experiment_id)
     if comps:  # the experiment's other resolved comparisons: unpaired, never called here
@@ -199,7 +213,10 @@ def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
         Series(s["problem"], s["host"], tuple(s["values"]), s["key"], s["dsl"], s["preview"])
         for s in stored
     ]
-    rows = paired_calls(comps, {"e2e": e2e, "span": span_series(db, problems, experiment_id)})
+    hashes = {g.source_hash for c in comps for g in (*c.baseline, *c.treatment)}
+    solo = solo_gradings(db, experiment_id, hashes)
+    series = {"e2e": e2e, "span": span_series(db, problems, experiment_id)}
+    rows = paired_calls(comps, series, solo)
     in_use = {(c.problem_id, g.dsl, g.host) for c in comps for g in (*c.baseline, *c.treatment)}
     bands = [b for key, b in pool(e2e).items() if key in in_use and b.sigma is not None]
     note = power_note(

@@ -14,7 +14,8 @@ a t interval with ``ν₀ + k − 1`` degrees of freedom and a two-sided p-value
 σ. Without a band the pair's own s² with k − 1 degrees of freedom is used (no test below k = 2).
 
 Outliers, first per grading (:func:`screen_pairs`): each arm of a paired job is k gradings of one
-unchanged file on one slot, so a grading slower than its arm's fastest by more than
+unchanged file on one slot, so a grading slower than the fastest reading of its file (the arm's
+gradings and its attempt's own finals on that host) by more than
 ``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the arm's band, else
 the arm's own 1.4826 · MAD from 3 gradings on); no pair left, or half the pairs or more dropped
 on the arms' own spread, leaves the comparison *outlier-dominated*: no test. Where only the
@@ -150,15 +151,18 @@ def outliers(diffs: Sequence[float], prior_sd: float | None) -> list[bool]:
     return [abs(d - middle) > OUTLIER_Z * ref for d in diffs]
 
 
-def slow_outliers(logs: Sequence[float | None], sigma: float | None) -> tuple[list[bool], str]:
+def slow_outliers(
+    logs: Sequence[float | None], sigma: float | None, refs: Sequence[float] = ()
+) -> tuple[list[bool], str]:
     """Which gradings of one arm (log runtimes; None: invalid) are outliers, and the basis.
 
-    The reference is the arm's fastest grading, not its median: slowdowns (a busy host, a
-    throttled clock) only add time, and with 2 of 3 gradings slowed the median is an outlier's.
-    The bound is ``max(OUTLIER_Z · √2 · σ, log 1.5)`` above it (a grading less the fastest is a
-    difference of two gradings: SD √2 σ); σ is the arm's band (``band``), else
-    1.4826 · MAD of the arm's own gradings from 3 on (``own spread``); else nothing is judged."""
-    valid = [v for v in logs if v is not None]
+    The reference is the fastest reading of the arm's file (its gradings and ``refs``: other
+    readings of that file on that host, e.g. its attempt's own finals), not the median: slowdowns
+    (a busy host, a throttled clock) only add time, and with 2 of 3 gradings slowed the median is
+    an outlier's. The bound is ``max(OUTLIER_Z · √2 · σ, log 1.5)`` above it (a grading less the
+    fastest is a difference of two gradings: SD √2 σ); σ is the arm's band (``band``), else
+    1.4826 · MAD of the readings from 3 on (``own spread``); else nothing is judged."""
+    valid = [v for v in logs if v is not None] + list(refs)
     if len(valid) < 2:
         return [False] * len(logs), "none"
     basis = "band"
@@ -182,13 +186,16 @@ def screen_pairs(
     treat_ms: Sequence[float | None],
     sigma_base: float | None,
     sigma_treat: float | None,
+    refs: tuple[Sequence[float | None], Sequence[float | None]] = ((), ()),
 ) -> tuple[list[float], int, int, str]:
-    """The pair differences after per-grading outliers are dropped (see :func:`slow_outliers`):
-    (differences kept, gradings rejected, pairs dropped, basis; the weaker arm's basis)."""
+    """The pair differences after per-grading outliers are dropped (see :func:`slow_outliers`;
+    ``refs``: each arm's other readings of its file, ms): (differences kept, gradings rejected,
+    pairs dropped, basis; the weaker arm's basis)."""
     base = [_log(v) for v in base_ms]
     treat = [_log(v) for v in treat_ms]
-    bad_b, basis_b = slow_outliers(base, sigma_base)
-    bad_t, basis_t = slow_outliers(treat, sigma_treat)
+    ref_b, ref_t = ([x for x in map(_log, r) if x is not None] for r in refs)
+    bad_b, basis_b = slow_outliers(base, sigma_base, ref_b)
+    bad_t, basis_t = slow_outliers(treat, sigma_treat, ref_t)
     diffs: list[float] = []
     dropped = 0
     for b, t, xb, xt in zip(base, treat, bad_b, bad_t, strict=False):
@@ -218,13 +225,15 @@ def paired_test_gradings(
     sigmas: tuple[float | None, float | None] = (None, None),
     prior_dof: int = 0,
     alpha: float = 0.05,
+    refs: tuple[Sequence[float | None], Sequence[float | None]] = ((), ()),
 ) -> PairedEstimate:
     """The paired test from the pairs' runtimes: per-grading outliers dropped first
-    (``sigmas``: each arm's band σ of one grading, None without one), then :func:`paired_test`
+    (``sigmas``: each arm's band σ of one grading, None without one; ``refs``: each arm's other
+    readings of its file on its host, ms), then :func:`paired_test`
     with the bands' prior and no second screen of the differences (the grading rule sees every
     outlier it would, and without a band 3 differences' MAD is too fragile a reference); see
     :func:`outlier_dominated` for when no test is left."""
-    diffs, rejected, dropped, basis = screen_pairs(base_ms, treat_ms, *sigmas)
+    diffs, rejected, dropped, basis = screen_pairs(base_ms, treat_ms, *sigmas, refs)
     prior_sd, _ = prior_of(list(sigmas), [prior_dof, prior_dof])
     if outlier_dominated(len(diffs), dropped, basis):
         mean = sum(diffs) / len(diffs) if diffs else None

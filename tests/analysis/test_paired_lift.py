@@ -201,3 +201,24 @@ def test_slow_gradings_are_rejected_and_shown_by_mkb_analyze(
     out = capsys.readouterr().out
     assert "end to end: 2 grading(s) rejected as outliers (2 pair(s) dropped" in out
     assert "outliers (end to end): 2 grading(s) rejected, 2 pair(s) dropped" in out
+
+
+def test_an_arms_solo_final_is_a_reference_for_its_gradings(db_path: Path) -> None:
+    """Both treatment gradings of a 2-pair null comparison 2x slow: the treatment file's own
+    unpaired final on the same host reads normal, so both are rejected (no call)."""
+    rng = random.Random(5)
+    db = open_db(db_path)
+    writes.create_experiment(db, "e", "e")
+    _noise(db, "p01", 0.03, rng)
+    cid = _comparison(db, "p01", 1)
+    _job(db, cid, "p01", [(0.50, 0.5), (0.49, 0.5)], [(0.97, 0.5), (0.98, 0.5)])
+    assert paired_report(db, "e")["comparisons"][0]["call"] == "harm"  # nothing else to go on
+    db.execute(
+        "INSERT INTO timing_repeats (series, repeat, kind, experiment_id, problem_id, dsl, "
+        "source_hash, host, state, verdict, impl_median_ms, started_at) VALUES ('solo', 1, "
+        "'final', 'e', 'p01', 'tirx', ?, 'n1', 'done', 'pass', 0.5, 'now')",
+        [text_hash("treatment")],
+    )
+    e2e = paired_report(db, "e")["comparisons"][0]["clocks"]["e2e"]
+    assert (e2e["call"], e2e["rejected_gradings"], e2e["dropped_pairs"]) == ("untested", 2, 2)
+    db.conn.close()

@@ -107,6 +107,16 @@ def test_two_slow_gradings_in_one_arm_of_three_pairs_are_caught() -> None:
     assert five.p is not None and five.p > 0.05 and abs(five.log_rho or 1.0) < 0.03
 
 
+def test_the_files_own_finals_show_an_arm_slowed_in_every_grading() -> None:
+    # two pairs, the treatment 2x slow in both: the arm alone cannot tell, its file's solo
+    # final on the same host can
+    base, treat = [0.50, 0.49], [0.97, 0.98]
+    assert call_of(paired_test_gradings(base, treat, (0.03, 0.03), 20), 0.001) == "harm"
+    est = paired_test_gradings(base, treat, (0.03, 0.03), 20, refs=([0.5], [0.51]))
+    assert (est.rejected_gradings, est.dropped_pairs, est.p) == (2, 2, None)
+    assert est.note == "outlier-dominated: 2 of 2 pairs dropped"
+
+
 def test_a_clean_comparison_loses_nothing() -> None:
     # within 1.5x of each arm's fastest nothing is an outlier, whatever the spread of the
     # differences (here their MAD is tiny and the third difference 50 MADs from the median)
