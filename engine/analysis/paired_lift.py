@@ -7,7 +7,10 @@ ever called beyond noise. Where the two clocks' calls differ, the row says so.
 
 The prior of a comparison's variance is the band of (problem, DSL, host) of each arm pooled
 from the experiment's series *other than the comparison's own* (leave-one-out: its own
-gradings must not count twice).
+gradings must not count twice). Outliers are judged per grading
+(:func:`engine.analysis.paired_test.paired_test_gradings`), against the arm's gradings and its
+file's unpaired readings on that host; their counts are in each clock's row and, per clock, in
+the report's ``outliers``.
 """
 
 from __future__ import annotations
