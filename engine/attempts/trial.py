@@ -243,6 +243,10 @@ class _TryRun:
         await self.emit({"kind": "agent_started", "try": self.number, "trial": self.trial_name})
 
     async def on_agent_end(self, event: TrialHookEvent) -> None:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # stopped or interrupted: the try's
+            await self.stop_pump()  # result is dropped, so reading it back only delays the
+            return  # sandbox's teardown (docs/tui.md, "Supervising attempts")
         await self.collect()
 
     async def run(self, stop: asyncio.Event | None) -> TryReport:
