@@ -109,7 +109,9 @@ async def run_attempt(
     await emit({"kind": "task_built", "path": str(task.path), "hash": task.inputs_sha256})
     try:
         async with (endpoint or direct_endpoint)(spec) as running:
-            return await _run_and_evaluate(running, task.path, backend, observer, emit, stop)
+            return await _run_and_evaluate(
+                running, task.path, backend, observer, emit, stop, limits=spec
+            )
     except ModelEndpointError as exc:
         outcome = AttemptOutcome(
             aid, "failed", ended_by="error", error=f"scenario: {exc}", retryable=False
@@ -126,7 +128,10 @@ async def _run_and_evaluate(
     observer: AttemptObserver,
     emit: EventSink,
     stop: asyncio.Event | None,
+    *,
+    limits: AttemptSpec,
 ) -> AttemptOutcome:
+    """``limits`` is the spec an operator's extend raises (the endpoint may run a copy)."""
     aid = spec.attempt_id
     if not spec.model.model_info:
         await emit(
@@ -139,7 +144,9 @@ async def _run_and_evaluate(
     reports: list[TryReport] = []
     try:
         for number in spec.retry.execution_tries():
-            report = await run_try(spec, task_path, number, backend, observer, emit, stop)
+            report = await run_try(
+                spec, task_path, number, backend, observer, emit, stop, limits=limits
+            )
             reports.append(report)
             if spec.retry.retry_execution(
                 number, transient=report.transient, stopped=report.stopped

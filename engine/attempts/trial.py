@@ -133,9 +133,15 @@ async def run_try(
     observer: AttemptObserver,
     emit: EventSink,
     stop: asyncio.Event | None,
+    *,
+    limits: AttemptSpec | None = None,
 ) -> TryReport:
-    """One execution try: a Harbor trial with the mailbox served while the agent runs."""
+    """One execution try: a Harbor trial with the mailbox served while the agent runs.
+
+    ``limits`` (default ``spec``) is the spec whose ``max_submissions`` the mailbox reads
+    live: the one an operator's extend raises, where the model endpoint runs a copy."""
     run = _TryRun(spec, task_path, number, backend, observer, emit)
+    run.limits = limits or spec
     register_channel(run.channel, run.sink, reply=run.reply)
     try:
         return await run.run(stop)
@@ -167,6 +173,7 @@ class _TryRun:
         self.mailbox: Mailbox | None = None
         self.pump: asyncio.Task[None] | None = None
         self.collected: Collected | None = None
+        self.limits = spec  # what the mailbox reads its live submission limit from
 
     async def sink(self, step: dict[str, Any]) -> None:
         if step.get("source") == "agent":  # did the latest turn confirm completion?
@@ -225,7 +232,7 @@ class _TryRun:
             observer=self.observer,
             emit=self.emit,
             max_submissions=spec.max_submissions,
-            limits=spec,
+            limits=self.limits,
             grading_device=spec.grading_device,
             retry=spec.retry,
             poll_interval_s=spec.poll_interval_s,
@@ -236,6 +243,10 @@ class _TryRun:
         await self.emit({"kind": "agent_started", "try": self.number, "trial": self.trial_name})
 
     async def on_agent_end(self, event: TrialHookEvent) -> None:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # stopped or interrupted: the try's
+            await self.stop_pump()  # result is dropped, so reading it back only delays the
+            return  # sandbox's teardown (docs/tui.md, "Supervising attempts")
         await self.collect()
 
     async def run(self, stop: asyncio.Event | None) -> TryReport:

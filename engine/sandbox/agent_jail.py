@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -120,10 +121,12 @@ class AgentJail:
         return join_argv(self.spec, self.pid, argv, cwd)
 
     async def stop(self) -> None:
-        """Kill the jail's PID 1 (and with it every jailed process), then the holder."""
-        if self.init_pid is not None:
+        """Kill the jail's PID 1 (and with it every jailed process), then the holder; return
+        once every jailed process has exited."""
+        init_pid = self.init_pid
+        if init_pid is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.init_pid, signal.SIGKILL)
+                os.kill(init_pid, signal.SIGKILL)
         holder = self.holder
         if holder is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -133,6 +136,8 @@ class AgentJail:
             for stream in (holder.stdout, holder.stderr):
                 if stream is not None:
                     stream.close()
+        if init_pid is not None:
+            await namespace_gone(init_pid)
         self.holder = self.pid = self.init_pid = None
 
     # -- file transfer by jailed processes ----------------------------------------------------
@@ -210,3 +215,18 @@ def _only_child(pid: int) -> int:
     if not children:
         raise RuntimeError(f"the agent jail's process {pid} has no child")
     return int(children[0])
+
+
+async def namespace_gone(init_pid: int, timeout_s: float = 5.0) -> bool:
+    """Wait until a killed PID namespace's init has exited: the kernel lets it exit only
+    after every other process of its namespace has (so none is left, reparented, dying)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{init_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        await asyncio.sleep(0.02)
+    return False

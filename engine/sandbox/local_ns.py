@@ -57,6 +57,7 @@ from engine.sandbox.agent_jail import (
     AgentJail,
     agent_limits,
     chown_tree,
+    namespace_gone,
     python_binds,
 )
 from engine.sandbox.jail import JailSpec, JailUnavailableError, check_jail
@@ -324,9 +325,10 @@ class LocalNamespaceEnvironment(BaseEnvironment):
         if self._jail is not None:
             await self._jail.stop()
             self._jail = None
-        if self._init_pid is not None:
+        init_pid = self._init_pid
+        if init_pid is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._init_pid, signal.SIGKILL)
+                os.kill(init_pid, signal.SIGKILL)
         if self._holder is not None:
             holder = self._holder
             with contextlib.suppress(ProcessLookupError):
@@ -336,6 +338,8 @@ class LocalNamespaceEnvironment(BaseEnvironment):
             for stream in (holder.stdout, holder.stderr):
                 if stream is not None:
                     stream.close()
+        if init_pid is not None:
+            await namespace_gone(init_pid)
         self._init_pid = None
         self._holder = None
         if self._cgroup is not None:

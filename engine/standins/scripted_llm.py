@@ -8,6 +8,9 @@ per conversation: the turn index is the number of assistant messages already in 
 so concurrent attempts and restarted agents each replay from their own position. A turn with
 ``wait_for`` is held back (the server answers two-second waits, marked so they do not count
 as turns) until its text shows up in the terminal output, e.g. feedback after ``submit``.
+A turn with ``repeat_until`` is sent again (marked the same way) until its text shows up,
+e.g. a ``submit`` refused at the submission limit, retried until an operator's extend lets it
+through; both give up after ``MAX_WAITS`` fillers.
 When the script runs out, the server answers ``task_complete`` so the agent finishes.
 
 A request with ``"stream": true`` is answered in OpenAI's streaming protocol (server-sent
@@ -68,6 +71,7 @@ class Turn:
     delay: float = 0.0
     expect: str | None = None  # a substring the latest user message should contain
     wait_for: str | None = None  # hold this turn back until the latest user message has it
+    repeat_until: str | None = None  # send this turn again until the latest user message has it
 
     def content(self) -> str:
         if self.raw is not None:
@@ -254,7 +258,12 @@ class ScriptedLLMServer:
             (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
         )
         turn = scenario.turns[index] if index < len(scenario.turns) else FINISH
-        if turn.wait_for and turn.wait_for not in last_user and waits < MAX_WAITS:
+        previous = scenario.turns[index - 1] if 0 < index <= len(scenario.turns) else None
+        if (previous and previous.repeat_until and previous.repeat_until not in last_user
+                and waits < MAX_WAITS):
+            turn = replace(previous, analysis=f"{WAIT_MARKER} again until: "
+                           f"{previous.repeat_until}. {previous.analysis}")
+        elif turn.wait_for and turn.wait_for not in last_user and waits < MAX_WAITS:
             turn = wait_turn(turn.wait_for)
         met = None if turn.expect is None else turn.expect in last_user
         auth = request.headers.get("Authorization", "")

@@ -11,6 +11,7 @@ import pytest
 from attempts_support import FIXTURES, MODEL_INFO, needs_namespaces
 from cpu_backend import CpuPreviewBackend
 
+from engine.attempts.mailbox import Mailbox
 from engine.attempts.observer import MemoryObserver
 from engine.attempts.runner import run_attempt
 from engine.attempts.spec import AttemptSpec, ModelSpec
@@ -286,7 +287,16 @@ async def test_a_refusing_endpoint_fails_the_attempt_without_retries(tmp_path: P
 
 
 @needs_namespaces
-async def test_cancelling_interrupts_and_reports(tmp_path: Path) -> None:
+async def test_cancelling_interrupts_and_reports(tmp_path: Path, monkeypatch) -> None:
+    collected: list[str] = []
+    read_back = Mailbox.collect
+
+    async def spy(self: Mailbox):  # the real read-back, counted
+        collected.append(self.attempt_id)
+        return await read_back(self)
+
+    monkeypatch.setattr(Mailbox, "collect", spy)
+
     class CancelOnStart(MemoryObserver):
         task: asyncio.Task | None = None
 
@@ -305,6 +315,7 @@ async def test_cancelling_interrupts_and_reports(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "work" / "trials" / "a1-try1" / "result.json").read_text())
     assert result["exception_info"]["exception_type"] == "CancelledError"
     assert not any((tmp_path / "mkb-sandboxes").iterdir())  # the sandbox was torn down
+    assert collected == []  # a cancelled try's result is dropped: nothing is read back
 
 
 @needs_namespaces

@@ -96,6 +96,28 @@ async def test_wait_for_holds_a_turn_back_without_counting_the_waits() -> None:
         assert json.loads(body["choices"][0]["message"]["content"])["analysis"] == "two"
 
 
+async def test_repeat_until_sends_a_turn_again_until_its_text_shows() -> None:
+    """A submit refused at the limit is sent again, not counted, until its feedback shows."""
+    scenario = Scenario.from_dict({"turns": [
+        {"analysis": "submit", "commands": [{"keystrokes": "submit\n", "duration": 1.0}],
+         "repeat_until": "Feedback for submission 1"},
+        {"analysis": "done", "task_complete": True},
+    ]})
+    async with ScriptedLLMServer(scenario) as server, aiohttp.ClientSession() as s:
+        history = [{"role": "user", "content": "go"}]
+        for refused in range(3):  # the first send, then two sent again while refused
+            _, body = await _post(s, server.base_url, history)
+            reply = body["choices"][0]["message"]["content"]
+            sent = json.loads(reply)
+            assert sent["commands"][0]["keystrokes"] == "submit\n"
+            assert (WAIT_MARKER in sent["analysis"]) == (refused > 0)
+            history += [{"role": "assistant", "content": reply},
+                        {"role": "user", "content": "Refused: all 0 submissions are used"}]
+        history[-1] = {"role": "user", "content": "=== Feedback for submission 1 of 1 ==="}
+        _, body = await _post(s, server.base_url, history)
+        assert json.loads(body["choices"][0]["message"]["content"])["analysis"] == "done"
+
+
 def test_bundled_scenarios_load_for_both_dsls() -> None:
     names = sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
     assert {"p28_solo", "p28_skill"} <= set(names)

@@ -1,9 +1,13 @@
-"""Supervising a real run from a second terminal: `mkb run` of the scripted demo agent (the
-real Terminus-2 agent in the local sandbox, graded by the local grader in CPU preview) in one
-tmux pane, `mkb tui --attach` in another. Stop ends a running attempt within 2 s (its sandbox
-gone, nothing orphaned), retry runs a linked new try to its end, exclude changes
-`mkb analyze --json`. Skipped where tmux is absent, and unless MKB_SLOW_TESTS=1 (three real
-attempts graded on the CPU: minutes of a busy 2-core machine)."""
+"""Supervising a real run from a second terminal: `mkb run` of a scripted agent (the real
+Terminus-2 agent in the local sandbox, graded by the local grader in CPU preview) in one tmux
+pane, `mkb tui --attach` in another, all four actions on one attempt of one experiment. Both
+attempts have no submission budget (`max_submissions = 0`) and their scripted model sends its
+`submit` again while it is refused at that limit: stop ends a running attempt within 2 s (its
+sandbox gone, nothing orphaned), retry runs a linked new try, extend lets that try pass the
+budget it hit (a submission graded after refusals at the limit), exclude changes
+`mkb analyze --json`; the other attempt is then stopped from the shell (`mkb attempt stop`).
+Two gradings in all (the extended submission and its final evaluation): mostly waiting, so it
+runs in the parallel tier in its own xdist group. Skipped where tmux is absent."""
 
 from __future__ import annotations
 
@@ -25,9 +29,8 @@ from storage.db import StorageError, open_db
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
-    # three real attempts with CPU gradings: minutes on a busy 2-core machine
-    pytest.mark.skipif(not os.environ.get("MKB_SLOW_TESTS"), reason="set MKB_SLOW_TESTS=1"),
-    pytest.mark.slow,
+    pytest.mark.slow,  # started first on its worker (tests/conftest.py), left out of test-fast
+    pytest.mark.xdist_group("tmux_supervise"),  # mostly waiting: overlaps other tests
 ]
 CONFIG = """
 [experiment]
@@ -37,13 +40,16 @@ problems = ["p28"]
 dsls = ["cute"]
 replicates = 2
 budget_minutes = 10
-max_submissions = 10
+max_submissions = 0
 sandbox = "local"
 grading = "local"
 
+[control]
+max_extra_submissions = 1
+
 [[models]]
 name = "openai/scripted-demo"
-scenario = "{problem}_{kind}"
+scenario = "{scenario}"
 
 [models.model_info]
 max_input_tokens = 200000
@@ -55,6 +61,28 @@ output_cost_per_token = 0.0
 sandboxes = 2
 attempts_per_model = 2
 grading_slots = 1
+"""
+# write a solution and submit it, again while refused at the limit, until it is graded
+SCENARIO = """
+name = "refused-until-extended"
+[[turns]]
+analysis = "Write the eager solution and submit it."
+commands = [{ keystrokes = '''cat > solution.py << 'PYEOF'
+import torch
+
+
+def solve(hidden_states, residual, weight):
+    s = hidden_states.float() + residual.float()
+    inv = torch.rsqrt(s.pow(2).mean(dim=-1, keepdim=True) + 1e-5)
+    return (s * inv * weight.float()).to(hidden_states.dtype)
+PYEOF
+submit solution.py
+''', duration = 1.5 }]
+repeat_until = "Feedback for submission 1"
+
+[[turns]]
+analysis = "Graded."
+task_complete = true
 """
 
 
@@ -176,27 +204,50 @@ def act(panes: Panes, key: str, reason: str) -> None:
     panes.keys("Enter")
 
 
-def test_stop_retry_and_exclude_from_an_attached_tui(tmp_path: Path) -> None:
+def limit_refusals(db: Path, attempt_id: int) -> int:
+    """The attempt's submissions refused at its submission limit (their events)."""
+    conn = open_db(db, readonly=True)
+    try:
+        found = conn.execute(
+            "SELECT payload_json FROM events WHERE kind = 'submission_rejected' "
+            "AND attempt_id = ?", [attempt_id]).fetchall()
+    finally:
+        conn.conn.close()
+    return sum(json.loads(p).get("reason") == "limit" for (p,) in found)
+
+
+def graded(db: Path, attempt_id: int) -> list[tuple[int, str, int]]:
+    """The attempt's stored submissions: (try, purpose, n)."""
+    conn = open_db(db, readonly=True)
+    try:
+        return [tuple(r) for r in conn.execute(
+            "SELECT try, purpose, n FROM submissions WHERE attempt_id = ? ORDER BY id",
+            [attempt_id]).fetchall()]
+    finally:
+        conn.conn.close()
+
+
+def test_stop_retry_extend_and_exclude_from_an_attached_tui(tmp_path: Path) -> None:
     config, db = tmp_path / "supervised.toml", tmp_path / "run.sqlite"
-    config.write_text(CONFIG)
+    (tmp_path / "refused.toml").write_text(SCENARIO)
+    config.write_text(CONFIG.replace("{scenario}", str(tmp_path / "refused.toml")))
     py, root = shlex.quote(sys.executable), shlex.quote(str(ROOT))
     run = f"cd {root} && {py} -m app.cli run {config} --db {db}; echo $? > {tmp_path}/rc"
     panes = Panes(f"mkb-sup-{os.getpid()}")
     panes.run("new-session", "-d", "-s", "sup", "-x", "120", "-y", "50", run)
     try:
-        running = until(lambda: [r for r in rows(db) if r.state == "running"], 120,
-                        "an attempt running")
-        engine = int(subprocess.run(["pgrep", "-f", f"app.cli run {config}"],
-                                    capture_output=True, text=True).stdout.split()[0])
-        until(lambda: len(sandboxes(descendants(engine))) == 2, 60, "two sandboxes up")
-        target = running[0]
+        # the attempts list: the target on the first row (rows in id order), the other below
+        target, other = until(lambda: len(rows(db)) == 2 and sorted(r.id for r in rows(db)),
+                              120, "the plan stored")
         panes.tui = panes.run("split-window", "-t", "sup", "-v", "-l", "36", "-P", "-F",
                               "#{pane_id}",
                               f"cd {root} && {py} -m app.cli tui --attach --db {db}").strip()
+        engine = int(until(lambda: subprocess.run(
+            ["pgrep", "-f", f"app.cli run {config}"], capture_output=True, text=True,
+        ).stdout.split()[:1], 30, "the engine's pid")[0])
+        until(lambda: len(sandboxes(descendants(engine))) == 2, 60, "two sandboxes up")
         panes.wait_for("2 attempts")
-        time.sleep(0.5)
-        for _ in range([r.id for r in rows(db)].index(target.id)):  # rows in id order
-            panes.keys("Down")
+        until(lambda: limit_refusals(db, target), 30, "a submission refused at the limit")
         before = descendants(engine)
         act(panes, "X", "loops on one error")
         asked = time.monotonic()
@@ -204,26 +255,44 @@ def test_stop_retry_and_exclude_from_an_attached_tui(tmp_path: Path) -> None:
         took = time.monotonic() - asked
         after = descendants(engine)
         gone = before - after
-        timing = f"stop applied {took:.1f} s after the key ({claim_times(db)})"
+        load = os.getloadavg()[0]
+        timing = f"stop applied {took:.1f} s after the key, load {load:.1f} ({claim_times(db)})"
         print(timing)
         assert stop[0].action == "stop" and took < 10.0, timing
-        if os.getloadavg()[0] < (os.cpu_count() or 1):  # the issue's bound, on a machine
+        if load < (os.cpu_count() or 1):  # the issue's bound, on a machine
             assert took < 2.0, timing  # not shared with heavier work (docs/tui.md)
         assert len(sandboxes(after)) == 1  # the other attempt's sandbox only
-        assert gone and not [p for p in gone if alive(p)], "a stopped process outlived it"
-        row = next(r for r in rows(db) if r.id == target.id)
+        left = [p for p in gone if alive(p)]
+        assert gone and not left, "a stopped process outlived it: " + "; ".join(
+            f"{p} {Path(f'/proc/{p}/stat').read_text()[:80]!r} "
+            f"{Path(f'/proc/{p}/cmdline').read_bytes()[:120]!r}" for p in left if alive(p))
+        row = next(r for r in rows(db) if r.id == target)
         assert row.stop_reason == "loops on one error"
+        assert graded(db, target) == []  # nothing was graded: every submit was refused
 
         act(panes, "R", "give it another go")
         until(lambda: len([c for c in commands(db) if c.state == "applied"]) == 2, 10, "retry")
-        done = until(lambda: (tmp_path / "rc").exists(), 240, "the run's end")
-        assert done and (tmp_path / "rc").read_text().strip() == "0"
-        retried = next(r for r in rows(db) if r.id == target.id)
-        assert (retried.state, retried.tries, retried.stop_reason) == ("finished", 2, None)
         assert "try 2 queued; try 1 kept" in commands(db)[1].outcome
-
-        act(panes, "-", "found a hole")
-        until(lambda: len(commands(db)) == 3, 10, "exclude")
+        in_try_1 = limit_refusals(db, target)
+        # the other attempt has kept the engine running until now: stop it (row 2)
+        panes.keys("Down")
+        act(panes, "X", "not needed")
+        until(lambda: len([c for c in commands(db) if c.state == "applied"]) == 3, 10, "stop 2")
+        panes.keys("Up")
+        until(lambda: limit_refusals(db, target) > in_try_1, 30, "try 2 refused at the limit")
+        act(panes, "E", "1")  # the dialog's first field: extra submissions
+        until(lambda: len([c for c in commands(db) if c.state == "applied"]) == 4, 10, "extend")
+        assert [c.attempt_id for c in commands(db)] == [target, target, other, target]
+        act(panes, "-", "found a hole")  # exclusions need no engine: applied when written
+        until(lambda: len(commands(db)) == 5, 10, "exclude")
+        until(lambda: (tmp_path / "rc").exists(), 180, "the run's end")
+        assert (tmp_path / "rc").read_text().strip() == "0"
+        # past the budget it hit: one submission graded beyond max_submissions = 0, after
+        # refusals at that limit in the same try, then its final evaluation
+        assert graded(db, target) == [(2, "submission", 1), (2, "final", 1)]
+        finished = next(r for r in rows(db) if r.id == target)
+        assert (finished.state, finished.tries, finished.stop_reason) == ("finished", 2, None)
+        assert graded(db, other) == []
         report = json.loads(subprocess.run(
             [sys.executable, "-m", "app.cli", "analyze", "--db", str(db), "--json",
              "--draws", "10"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout)
