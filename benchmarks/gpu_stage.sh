@@ -6,7 +6,9 @@
 #   bash benchmarks/gpu_stage.sh [REV] [DSL_DIR]     (REV: default HEAD; DSL_DIR: ../shared/gpu/dsl)
 #
 # Writes .gpu-stage/a (p1, first 50 MiB), .gpu-stage/b (the rest of p1, p2's first 40 MiB) and
-# .gpu-stage/c (the rest of p2, p3, bubblewrap with its three libraries, tree.tar.gz of REV).
+# .gpu-stage/c (the rest of p2, p3, bubblewrap with its three libraries, the wheels of
+# sqlite-utils, sqlite-fts4 and click-default-group, which the device image lacks, and
+# tree.tar.gz of REV).
 # Then, on one warm host, three device calls back to back (carry each folder in turn):
 #   a: mkdir -p /opt/dsl/stage && cp .gpu-stage/a/* /opt/dsl/stage/
 #   b: bash benchmarks/gpu_stage.sh --host b
@@ -24,6 +26,9 @@ if [ "${1:-}" = "--host" ]; then  # on the GPU host, from the repository root
       mkdir -p /tmp/p2 && cat /opt/dsl/stage/p2.part0 .gpu-stage/c/p2.part1 > /tmp/p2/tvm.tar.xz
       cp .gpu-stage/c/p2_install.sh /tmp/p2/install.sh && bash /tmp/p2/install.sh
       bash .gpu-stage/c/p3/install.sh
+      # the store's packages the device image lacks (sqlite-utils and its two small needs)
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /opt/dsl/site \
+        .gpu-stage/c/wheels/*.whl
       if ! command -v bwrap >/dev/null 2>&1; then
         cp .gpu-stage/c/bwrap/bwrap /usr/local/bin/ && cp .gpu-stage/c/bwrap/*.so.* /usr/local/lib/
         ldconfig
@@ -47,5 +52,11 @@ cp "$DSL/p2/install.sh" .gpu-stage/c/p2_install.sh
 BWRAP=$(command -v bwrap)
 cp "$BWRAP" .gpu-stage/c/bwrap/
 for lib in $(ldd "$BWRAP" | grep -oE "/\S*(selinux|libcap|pcre2-8)\S*"); do cp "$lib" .gpu-stage/c/bwrap/; done
+mkdir -p .gpu-stage/c/wheels
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 -d .gpu-stage/c/wheels \
+  "sqlite-utils==$(python3 -c 'import importlib.metadata as m; print(m.version("sqlite-utils"))' 2>/dev/null \
+    || .venv/bin/python -c 'import importlib.metadata as m; print(m.version("sqlite-utils"))')" \
+  sqlite-fts4 click-default-group
 git archive "$REV" | gzip > .gpu-stage/c/tree.tar.gz
 du -sh .gpu-stage/*
