@@ -64,6 +64,24 @@ def _this_host() -> str:
     return socket.gethostname()
 
 
+async def until_either(work: Awaitable[Any], stop: asyncio.Event) -> None:
+    """Wait until ``work`` ends or ``stop`` is set, whichever comes first; cancel the other."""
+    done = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({done, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        done.cancel()
+        stopped.cancel()
+
+
+async def cancel_all(workers: list[asyncio.Task[None]]) -> None:
+    """Cancel background workers and wait until every one has ended."""
+    for w in workers:
+        w.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
+
+
 class GradingTicker:
     """A grading backend that counts finished gradings and remembers the last file graded,
     so a repeat can wait for other work to come between it and the same file."""
@@ -344,17 +362,9 @@ class FinalRepeats:
             for attempt_id in missing:
                 await self.add(attempt_id)
             await schedule
-            drained = asyncio.ensure_future(self.drain())
-            stopped = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait({drained, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                drained.cancel()
-                stopped.cancel()
+            await until_either(self.drain(), stop)
         finally:
-            for w in workers:
-                w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await cancel_all(workers)
 
     async def drain(self) -> None:
         """Wait until every queued repeat is graded (or failed for infrastructure)."""

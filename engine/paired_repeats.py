@@ -35,7 +35,7 @@ from engine.analysis import sequential
 from engine.analysis.noise import Series, pool
 from engine.analysis.spans import span_of
 from engine.events import PairedFinalGraded, Publisher
-from engine.final_repeats import GatedFinal, final_of, grading_host
+from engine.final_repeats import GatedFinal, cancel_all, final_of, grading_host, until_either
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.gate import GradingGate
 from engine.retry import RetryPolicy
@@ -288,17 +288,9 @@ class PairedRepeats:
             await self.add_resolved()
             await inner
             await self.add_resolved()
-            idle = asyncio.ensure_future(self._idle.wait())
-            stopped = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait({idle, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                idle.cancel()
-                stopped.cancel()
+            await until_either(self._idle.wait(), stop)
         finally:
-            for w in workers:
-                w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await cancel_all(workers)
 
 
 def paired_for(
