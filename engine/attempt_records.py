@@ -15,7 +15,16 @@ from storage import queries, writes
 from storage.db import now
 from storage.store import Store
 
-UNGRADED = "ungraded"  # the attempt's final grading failed for the grader's own reasons
+UNGRADED = "ungraded"  # no result, by our fault: the grader, the sandbox or the endpoint failed
+# why an attempt that ended ``failed`` before any final verdict is no result (ours, never the
+# agent's): its sandbox (an invalid try), its task build, or the model endpoint failed
+INFRA_SANDBOX = "infra.sandbox"
+INFRA_TASK_BUILD = "infra.task_build"
+INFRA_ENDPOINT = "infra.model_endpoint"
+# how the attempt runner names those failures in ``AttemptOutcome.error``
+_FAILED_PREFIXES = (("task build:", INFRA_TASK_BUILD), ("scenario:", INFRA_ENDPOINT))
+# what a store written before these reasons holds for such an attempt
+LEGACY_INFRASTRUCTURE = "infrastructure"
 
 
 def outcome_of(final: Feedback | None) -> tuple[str, str | None]:
@@ -29,6 +38,26 @@ def outcome_of(final: Feedback | None) -> tuple[str, str | None]:
     if final.verdict == "error" or final.reason in UNGRADED_REASONS:
         return UNGRADED, final.reason or INFRA_JUDGE_CRASH
     return "fail", final.reason or final.verdict
+
+
+def failed_outcome(outcome: AttemptOutcome) -> tuple[str, str]:
+    """Outcome and reason of an attempt that ended ``failed``: ``ungraded`` with an ``infra.*``
+    reason (its final's grader kept failing, its sandbox or task build failed, the model
+    endpoint failed), never ``fail``: our failure is never the agent's result."""
+    final = outcome.final_feedback
+    if final is not None:
+        verdict, reason = outcome_of(final)
+        if verdict == UNGRADED:
+            return verdict, reason or INFRA_JUDGE_CRASH
+    return UNGRADED, failed_reason(outcome.error)
+
+
+def failed_reason(error: str | None) -> str:
+    """The ``infra.*`` reason of a ``failed`` attempt without a final, from its error."""
+    for prefix, reason in _FAILED_PREFIXES:
+        if (error or "").startswith(prefix):
+            return reason
+    return INFRA_SANDBOX
 
 
 def _edited_skill(db: Any, text: str, source_attempt_id: int) -> int:

@@ -45,9 +45,12 @@ def compute(db: Any, experiment_id: str, spec: ComparisonSpec, ids: dict[str, in
     treat = queries.attempt(db, ids[spec.treatment_key])
     assert src and base and treat
     arms = (base,) if treat.state == "skipped" else (base, treat)
+    # a treatment skipped because its source is no result (its sandbox failed: no skill to
+    # transfer) is our failure, not a blank skill's ρ = 1
+    lost_source = treat.state == "skipped" and no_result(src)
     resolved = all(r.state in TERMINAL for r in (src, base, treat)) and not any(
         no_result(r) for r in arms
-    )
+    ) and not lost_source
     fields: dict[str, Any] = {"resolved": int(resolved), "skipped": int(treat.state == "skipped")}
     if resolved:
         value = rho(arm_result(base), None if treat.state == "skipped" else arm_result(treat))

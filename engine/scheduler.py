@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine import comparisons
-from engine.attempt_records import attach_skill, outcome_of, store_outcome
+from engine.attempt_records import attach_skill, failed_outcome, outcome_of, store_outcome
 from engine.attempts.spec import AttemptOutcome, AttemptSpec, spec_for_node
 from engine.config import ExperimentConfig
 from engine.control import Control
@@ -463,10 +463,9 @@ class Engine:
             )
             await self._run_node(node)
             return
+        finished = state == "finished"
         verdict, reason = (
-            outcome_of(outcome.final_feedback)
-            if state == "finished"
-            else ("fail", "infrastructure")
+            outcome_of(outcome.final_feedback) if finished else failed_outcome(outcome)
         )
         final = outcome.final_feedback
         await self.publisher.publish(

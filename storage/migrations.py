@@ -465,3 +465,30 @@ def m010_create_control_commands(db: Database) -> None:
         ALTER TABLE attempts ADD COLUMN stop_reason TEXT;
         """
     )
+
+
+# the reasons ``engine/attempt_records.failed_outcome`` gives, by the runner's error prefix
+_FAILED_REASONS = "CASE WHEN error LIKE 'task build:%' THEN 'infra.task_build' " \
+    "WHEN error LIKE 'scenario:%' THEN 'infra.model_endpoint' ELSE 'infra.sandbox' END"
+
+
+@migrations()
+def m011_ungraded_infrastructure_failures(db: Database) -> None:
+    """An attempt that ended ``failed`` for our infrastructure (its sandbox, task build or
+    the model endpoint failed after its tries) is no result: ``ungraded`` with an ``infra.*``
+    reason, its comparisons unresolved. Stores written before held it as ``fail`` with
+    reason ``infrastructure``, counted as the agent's failure."""
+    rows = db.execute(
+        f"SELECT id, {_FAILED_REASONS} FROM attempts "
+        "WHERE state='failed' AND outcome='fail' AND reason='infrastructure'"
+    ).fetchall()
+    for attempt_id, reason in rows:
+        db.execute(
+            "UPDATE attempts SET outcome='ungraded', reason=?, speedup=NULL WHERE id=?",
+            [reason, attempt_id],
+        )
+        db.execute(
+            "UPDATE comparisons SET resolved=0, rho=NULL, verdict=NULL "
+            "WHERE ? IN (baseline_attempt_id, treatment_attempt_id)",
+            [attempt_id],
+        )

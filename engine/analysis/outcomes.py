@@ -243,12 +243,16 @@ def from_store(db: Any, experiment_id: str | None = None, time: str = "e2e") -> 
 
 def no_result(attempt: Any, unverdicted: dict[int, str]) -> str | None:
     """Why a stored attempt is no result (``None``: it is one): ungraded with its reason, a
-    ``fail`` whose final never got a verdict (a store from before ``ungraded``: named as the
-    engine names it now), or a pass whose runtime is not a finite positive number."""
+    ``fail`` whose final never got a verdict or that failed for our infrastructure (stores
+    from before ``ungraded`` and m011: named as the engine names them now), or a pass whose
+    runtime is not a finite positive number."""
+    from engine.attempt_records import LEGACY_INFRASTRUCTURE, failed_reason
     from engine.grading.admission import INFRA_JUDGE_CRASH, INVALID_TIMING, infra_reason
 
     if attempt.outcome == "ungraded":
         return str(attempt.reason or INFRA_JUDGE_CRASH)
+    if attempt.outcome == "fail" and attempt.reason == LEGACY_INFRASTRUCTURE:
+        return failed_reason(attempt.error)  # a store from before m011: our failure
     if attempt.id in unverdicted:
         return infra_reason(None, unverdicted[attempt.id])
     if attempt.outcome in ("pass", "preview") and runtime_defect(attempt.impl_median_ms):

@@ -194,9 +194,18 @@ async def test_always_failing_attempt_stops_after_max_tries(db_path: Path) -> No
         await Engine(store, config, broken, SimulatedBackend()).run()
         rows = store.read_sync(queries.attempts_for_experiment, config.id)
         solos = [r for r in rows if r.arm.startswith("solo")]
-        assert all(r.state == "failed" and r.tries == 3 and r.outcome == "fail" for r in solos)
+        # our failure, never the agent's: no result, with its reason
+        assert solos and all(
+            r.state == "failed" and r.tries == 3 and r.outcome == "ungraded"
+            and r.reason == "infra.sandbox" for r in solos
+        )
         treatments = [r for r in rows if r.arm.endswith("skill")]
         assert all(r.state == "skipped" for r in treatments)  # no source skill to transfer
+        comparisons = store.read_sync(queries.comparisons, config.id)
+        assert comparisons and not any(c.resolved or c.rho is not None for c in comparisons)
+        assert store.read_sync(queries.ungraded_reasons, config.id) == {
+            "infra.sandbox": len(solos)
+        }
 
 
 async def test_blank_source_skill_skips_treatment(db_path: Path) -> None:
