@@ -1,12 +1,13 @@
 """Paired finals: a comparison as the unit of final grading (``[grading] paired_repeats``).
 
 Once a comparison is resolved with both arms passing, one *paired job* grades its baseline's
-and its treatment's final files ``k`` times each, interleaved A B B A A B B A … (the arm of
-position ``p`` is :func:`arm_at`), each a fresh grading, all on ONE grading slot, so host
-speed and drift cancel within a pair. The first grading goes to any free slot; every later
-one names that slot (``GradeRequest.slot`` = the first feedback's ``host``) and each backend
-places it there (local and simulated slots, an http service's slot, a Ray lane). Each grading
-holds one slot of the engine's grading gate as a final evaluation, behind waiting feedback.
+and its treatment's final files ``k`` times each, interleaved in pairs (each pair one grading
+of each arm, in an order drawn at random per pair: :func:`arm_at`), each a fresh grading, all
+on ONE grading slot, so host speed and drift cancel within a pair. The first grading goes to
+any free slot; every later one names that slot (``GradeRequest.slot`` = the first feedback's
+``host``) and each backend places it there (local and simulated slots, an http service's
+slot, a Ray lane). Each grading holds one slot of the engine's grading gate as a final
+evaluation, behind waiting feedback.
 
 Each grading is one ``timing_repeats`` row (``storage/repeats.py``, migration m008): series
 ``pair:<experiment>:<comparison id>:<arm>``, ``repeat`` = its position in the job's order, the
@@ -26,6 +27,7 @@ attempt's own finals.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,9 +48,26 @@ MOVES = 3  # slots a job may move to after infrastructure errors before it is le
 Decide = Callable[[list[float], float | None, int, int], str]
 
 
-def arm_at(position: int) -> str:
-    """The arm graded at 1-based ``position`` of a paired job: A B B A A B B A …"""
-    return "baseline" if (position - 1) % 4 in (0, 3) else "treatment"
+def arm_at(position: int, key: str) -> str:
+    """The arm graded at 1-based ``position`` of the paired job ``key``: pair ``j`` holds
+    positions ``2j-1`` and ``2j``, one of each arm, its order a fair coin drawn from a hash
+    of the job's key and ``j`` (the same on every resume). A fixed order (A B B A …) would
+    be confounded with any effect of the grader that repeats with the order's period; a
+    random order makes such an effect noise the pair's test sees (docs/analysis.md)."""
+    pair = (position + 1) // 2
+    coin = hashlib.sha256(f"{key}:{pair}".encode()).digest()[0] & 1
+    first = ("baseline", "treatment")[coin]
+    return first if position % 2 == 1 else ("treatment" if first == "baseline" else "baseline")
+
+
+def arm_of(position: int, key: str, stored: dict[int, str | None]) -> str:
+    """The arm to grade at ``position``: the other arm than its pair's stored first grading
+    (a job begun in another order, A B B A … before the random order, stays in pairs), else
+    :func:`arm_at`."""
+    partner = stored.get(position - 1) if position % 2 == 0 else None
+    if partner in ("baseline", "treatment"):
+        return "treatment" if partner == "baseline" else "baseline"
+    return arm_at(position, key)
 
 
 def _log_runtime(row: repeat_rows.RepeatRow) -> float | None:
@@ -196,7 +215,8 @@ class PairedRepeats:
             if position in stored:
                 position += 1
                 continue
-            feedback = await self._grade(job, position, slot)
+            arm = arm_of(position, job.key, {r.repeat: r.arm for r in done})
+            feedback = await self._grade(job, position, arm, slot)
             if feedback is None:  # stored already by another run: read what it left
                 done = await self.store.read(repeat_rows.pair_done, job.key)
                 stored = {r.repeat for r in done}
@@ -224,9 +244,10 @@ class PairedRepeats:
         sigma, dof = await self.store.read(band_of, self.experiment_id, job, dsl, done[-1].host)
         return self.decide(diffs, sigma, dof, self.pairs) != "continue"
 
-    async def _grade(self, job: PairJob, position: int, slot: str) -> Feedback | None:
-        """Open the row of ``position``, grade it (on ``slot``), close the row."""
-        arm = arm_at(position)
+    async def _grade(
+        self, job: PairJob, position: int, arm: str, slot: str
+    ) -> Feedback | None:
+        """Open the row of ``position`` (``arm``'s), grade it (on ``slot``), close the row."""
         attempt_id, dsl, source = job.arms[arm]
         series = f"{job.key}:{arm}"
         opened = await self.store.write(

@@ -1,25 +1,28 @@
 """Paired finals through the real scheduler and store: each resolved comparison whose arms
-passed is graded as one job, k gradings of each arm's final interleaved A B B A A B, all on one
-grading slot (simulated slots; an http fleet of real aiohttp services on loopback), each a row
-that names its slot; a resumed run grades only what is not stored, on the job's slot; a slot
-that dies moves the rest of the job and the rows say so; adaptive jobs stop when the test
-decides. The simulated grader stands in for a GPU grader (no GPU here)."""
+passed is graded as one job, k gradings of each arm's final interleaved in pairs (each pair's
+order drawn at random from the job's key), all on one grading slot (simulated slots; an http
+fleet of real aiohttp services on loopback), each a row that names its slot; a resumed run
+grades only what is not stored, on the job's slot; a slot that dies moves the rest of the job
+and the rows say so; adaptive jobs stop when the test decides. The simulated grader stands in
+for a GPU grader (no GPU here)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import math
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from scipy import stats
 
 from engine.config import ConfigError, parse_config
 from engine.grading.api import Feedback, GradeRequest
 from engine.grading.backends.slot_pool import SlotPool
-from engine.paired_repeats import arm_at, pair_diffs
+from engine.paired_repeats import arm_at, arm_of, pair_diffs
 from engine.scheduler import Engine
 from engine.standins.simulated import SimulatedBackend, SimulatedRunner
 from storage import queries
@@ -44,7 +47,9 @@ paired_repeats = {pairs}
 sandboxes = 2
 grading_slots = 2
 """
-ORDER = ["baseline", "treatment", "treatment", "baseline", "baseline", "treatment"]
+def order(rows: list[repeat_rows.RepeatRow], n: int) -> list[str]:
+    """The first ``n`` arms of the job the rows belong to, as :func:`arm_at` orders them."""
+    return [arm_at(p, str(rows[0].pair_key)) for p in range(1, n + 1)]
 
 
 @dataclass
@@ -91,7 +96,7 @@ def check_one_slot_each(store: Store, pairs: int = 3) -> dict[int, str]:
     for comparison in comparisons:
         rows = jobs[comparison.id]
         assert [r.repeat for r in rows] == list(range(1, 2 * pairs + 1))
-        assert [r.arm for r in rows] == ORDER[: 2 * pairs]
+        assert [r.arm for r in rows] == order(rows, 2 * pairs)
         assert {r.attempt_id for r in rows if r.arm == "baseline"} == {
             comparison.baseline_attempt_id
         }
@@ -101,13 +106,60 @@ def check_one_slot_each(store: Store, pairs: int = 3) -> dict[int, str]:
     return slots
 
 
-def test_the_order_is_a_b_b_a_and_pairs_match_by_rank() -> None:
-    assert [arm_at(p) for p in range(1, 9)] == ORDER + ["baseline", "treatment"][::-1]
+def test_each_pair_holds_both_arms_in_an_order_drawn_per_pair() -> None:
+    keys = [f"pair:e:{i}" for i in range(2000)]
+    for key in keys[:50]:
+        arms = [arm_at(p, key) for p in range(1, 11)]
+        assert all({arms[i], arms[i + 1]} == {"baseline", "treatment"} for i in range(0, 10, 2))
+        assert arms == [arm_at(p, key) for p in range(1, 11)]  # the same on every resume
+    # each pair's first arm a fair coin, whatever the pair's place (A B B A … always opened
+    # pair 1 with the baseline and pair 2 with the treatment)
+    for pair in (1, 2, 3, 4):
+        share = sum(arm_at(2 * pair - 1, k) == "baseline" for k in keys) / len(keys)
+        assert 0.46 < share < 0.54, (pair, share)
+
+
+def test_a_periodic_grader_effect_is_not_called_help() -> None:
+    """The 2026-12-07 H100 run: in one A/A job the baseline's gradings ran 4 % slower in every
+    pair of A B B A …, beside a 4-grading cycle in the grader's own wall times. An effect with
+    the order's period is confounded with the arm by a fixed order; drawn per pair it is noise."""
+    rng = random.Random(7)
+
+    def called(arm_of_position: Any) -> float:
+        calls = 0
+        for job in range(400):
+            logs: dict[str, list[float]] = {"baseline": [], "treatment": []}
+            for position in range(1, 11):
+                cycle = 0.04 if (position - 1) % 4 in (0, 3) else 0.0
+                logs[arm_of_position(position, f"pair:e:{job}")].append(
+                    cycle + rng.gauss(0.0, 0.01))
+            diffs = [b - t for b, t in zip(logs["baseline"], logs["treatment"], strict=True)]
+            calls += stats.ttest_1samp(diffs, 0.0).pvalue < 0.05
+        return calls / 400
+
+    def fixed(position: int, key: str) -> str:
+        return "baseline" if (position - 1) % 4 in (0, 3) else "treatment"
+
+    assert called(fixed) > 0.9  # what the fixed order did
+    assert called(arm_at) < 0.08
+
+
+def test_a_job_begun_in_another_order_stays_in_pairs() -> None:
+    key = "pair:e:1"
+    stored = {9: "baseline"}  # an A B B A … job stopped after position 9
+    other = "treatment"
+    assert arm_of(10, key, stored) == other
+    assert arm_of(10, key, {}) == arm_at(10, key)
+    assert arm_of(11, key, {**stored, 10: other}) == arm_at(11, key)
+
+
+def test_pairs_match_by_rank() -> None:
+    arms = ["baseline", "treatment", "treatment", "baseline", "baseline", "treatment"]
 
     def row(repeat: int, value: float | None, verdict: str = "pass") -> Any:
         return repeat_rows.RepeatRow(
             repeat, "s", repeat, "final", "e", 1, "p28", "cute", "h", "h", "done", verdict,
-            None, value, 1.0, 1.0, "", None, "k", arm_at(repeat),
+            None, value, 1.0, 1.0, "", None, "k", arms[repeat - 1],
         )  # fmt: skip
 
     rows = [row(1, 2.0), row(2, 1.0), row(3, 4.0), row(4, 2.0), row(5, 1.0, "fail"), row(6, 1.0)]
@@ -258,7 +310,7 @@ async def test_an_adaptive_job_stops_when_the_test_decides(db_path: Path) -> Non
         eng.paired.adaptive, eng.paired.decide = True, decide
         await eng.run()
         for rows in pairing(store).values():
-            assert [r.arm for r in rows] == ORDER[:4]  # two pairs, then the test decided
+            assert [r.arm for r in rows] == order(rows, 4)  # two pairs, then the test decided
         assert max(seen) == 2
 
 
@@ -321,5 +373,5 @@ async def test_adaptive_pairs_stop_at_two_on_a_clear_help_with_the_band_and_the_
         comparisons = {c.id: c for c in store.read_sync(queries.comparisons, "pair")}
     assert jobs
     for cid, rows in jobs.items():  # a 2x help at CV 1 %: decided after two pairs
-        assert [r.arm for r in rows] == ORDER[:4], (comparisons[cid].direction, len(rows))
+        assert [r.arm for r in rows] == order(rows, 4), (comparisons[cid].direction, len(rows))
         assert pair_diffs(rows) == pytest.approx([math.log(2.0)] * 2, rel=0.05)

@@ -43,6 +43,7 @@ from benchmarks.ray_local import (  # noqa: E402
     run_ray_experiment,
 )
 from engine.grading.judge.runner_proc import process_tree  # noqa: E402
+from engine.paired_repeats import arm_at  # noqa: E402
 from storage.store import Store  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # its time and memory bounds: alone
@@ -217,10 +218,7 @@ def test_paired_finals_each_on_one_grader(
     slots = set()
     for rows in jobs.values():
         assert [(r.repeat, r.arm, r.state) for r in rows] == [
-            (1, "baseline", "done"),
-            (2, "treatment", "done"),
-            (3, "treatment", "done"),
-            (4, "baseline", "done"),
+            (p, arm_at(p, str(rows[0].pair_key)), "done") for p in range(1, 5)
         ]
         assert len({r.slot for r in rows}) == 1 and ":ray-actor-" in rows[0].slot
         slots.add(rows[0].slot)
