@@ -11,7 +11,10 @@ on the experiment applies it (once) before it decides what to run. What each act
   resumes a stopped attempt. An attempt waiting to run is taken out of the run.
 * ``retry``: a running attempt is stopped first; the attempt is queued for a new try (same
   plan slot: task, skill, seed); the earlier try's steps and submissions stay under their
-  try number and its result is kept in the command's outcome (the link).
+  try number and its result is kept in the command's outcome (the link). An attempt its
+  grader failed (``ungraded`` with a stored final: ``attempt_records.regrades_final``) has
+  that final re-graded instead, its agent not run again (``engine/regrade.py``): the command
+  stays ``applying`` until the re-grade's verdict is stored with its ``applied`` mark.
 * ``extend``: more submissions (live) or wall minutes (from the attempt's next try: a
   running trial's timeout is fixed when it starts), within the config's ``[control]`` limits.
 * ``pause``, ``resume``, ``stop_run``: the engine's own controls.
@@ -26,7 +29,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.attempt_records import regrades_final
 from engine.attempts.spec import AttemptOutcome, AttemptSpec
+from engine.regrade import final_submission
 from storage import controls, queries
 from storage.controls import Command
 from storage.db import now
@@ -55,6 +60,10 @@ class Control:
     running: dict[int, _Running] = field(default_factory=dict)
     todo: set[str] = field(default_factory=set)  # the scheduler's set, while it schedules
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # a retry queued an attempt
+    # re-grades of stored finals (engine/regrade.py): claimed and waiting for the scheduler,
+    # and every attempt with one waiting or under way (a second retry of it is refused)
+    regrades: dict[int, Command] = field(default_factory=dict)
+    regrading: set[int] = field(default_factory=set)
 
     @property
     def owner(self) -> str:
@@ -69,6 +78,7 @@ class Control:
     def waiter(self, todo: set[str]) -> asyncio.Future[Any]:
         """What wakes the scheduler when a retry adds to ``todo`` (its set of keys to run)."""
         self.todo = todo
+        todo.update(k for k, i in self.engine.ids.items() if i in self.regrades)
         self.wake.clear()
         return asyncio.ensure_future(self.wake.wait())
 
@@ -183,6 +193,17 @@ class Control:
             return
         if row.state not in _ENDED:
             await self._mark(command, "refused", f"attempt {row.id} is {row.state}: not ended")
+            return
+        if row.id in self.regrading:
+            await self._mark(command, "refused", f"attempt {row.id}'s final is being re-graded")
+            return
+        final = await self.engine.store.read(final_submission, row.id, row.tries)
+        if row.state in ("finished", "failed") and regrades_final(row.outcome, row.reason) and (
+            final is not None
+        ):  # its grader failed: re-grade the stored final (applied when its verdict is in)
+            self.regrades[row.id] = command
+            self.regrading.add(row.id)
+            self._queue(command)
             return
         if await self.engine.store.write(_requeued, command, self.owner):
             self._queue(command)
