@@ -198,9 +198,8 @@ class Control:
             await self._mark(command, "refused", f"attempt {row.id}'s final is being re-graded")
             return
         final = await self.engine.store.read(final_submission, row.id, row.tries)
-        if row.state in ("finished", "failed") and regrades_final(row.outcome, row.reason) and (
-            final is not None
-        ):  # its grader failed: re-grade the stored final (applied when its verdict is in)
+        if final is not None and regrades_final(row.state, row.outcome, row.reason):
+            # its grader failed: re-grade the stored final (applied when its verdict is in)
             self.regrades[row.id] = command
             self.regrading.add(row.id)
             self._queue(command)
