@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 POLL_S = 0.25  # how often the engine looks for commands (the issue asks ≤ 1 s)
 ENGINE_ENDED = "the engine stopped before applying this; run the experiment again to act"
 _ENDED = ("finished", "failed", "skipped", "interrupted")
+SCHEDULING_ENDED = ("the run starts nothing more (it is finishing or stopping): no re-grade "
+                    "can start in it now")
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Control:
     # and every attempt with one waiting or under way (a second retry of it is refused)
     regrades: dict[int, Command] = field(default_factory=dict)
     regrading: set[int] = field(default_factory=set)
+    woken: asyncio.Future[Any] | None = None  # the scheduler's waiter (see ``waiter``)
 
     @property
     def owner(self) -> str:
@@ -76,11 +79,13 @@ class Control:
         return asyncio.create_task(self.poll(), name=f"control-{self.engine.config.id}")
 
     def waiter(self, todo: set[str]) -> asyncio.Future[Any]:
-        """What wakes the scheduler when a retry adds to ``todo`` (its set of keys to run)."""
+        """What wakes the scheduler when a retry adds to ``todo`` (its set of keys to run);
+        the scheduler cancels the last one when it has started everything it will."""
         self.todo = todo
         todo.update(k for k, i in self.engine.ids.items() if i in self.regrades)
         self.wake.clear()
-        return asyncio.ensure_future(self.wake.wait())
+        self.woken = asyncio.ensure_future(self.wake.wait())
+        return self.woken
 
     async def poll(self) -> None:
         """Apply commands until cancelled (a busy store: try again next time)."""
@@ -150,6 +155,9 @@ class Control:
             handle.stop = command  # the supervised task records it as it ends
             handle.task.cancel()
             return
+        if row.id in self.regrading:
+            await self._mark(command, "refused", f"attempt {row.id}'s final is being re-graded")
+            return
         if row.stop_reason is not None:
             await self._mark(command, "refused", f"attempt {row.id} is already stopped")
             return
@@ -200,6 +208,9 @@ class Control:
         final = await self.engine.store.read(final_submission, row.id, row.tries)
         if final is not None and regrades_final(row.state, row.outcome, row.reason):
             # its grader failed: re-grade the stored final (applied when its verdict is in)
+            if self.woken is not None and self.woken.cancelled():
+                await self._mark(command, "refused", SCHEDULING_ENDED)
+                return
             self.regrades[row.id] = command
             self.regrading.add(row.id)
             self._queue(command)

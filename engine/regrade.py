@@ -82,7 +82,7 @@ def _earlier(db: Any, row: queries.AttemptRow, submission_id: int) -> dict[str, 
         message = error[0] if error else None
     return {
         "try": row.tries, "state": row.state, "outcome": row.outcome, "reason": row.reason,
-        "speedup": row.speedup, "impl_median_ms": row.impl_median_ms,
+        "speedup": row.speedup, "impl_median_ms": row.impl_median_ms, "error": row.error,
         "final": {"verdict": graded[0], "reason": graded[1], "impl_median_ms": graded[2],
                   "message": str(message)[:500] if message else None},
     }
@@ -142,7 +142,7 @@ def record_regrade(db: Any, command: Command, owner: str, opened: Opened,
                f"earlier: {json.dumps(opened.earlier)}")
     if not controls.mark(db, command.id, "applied", outcome, owner):
         return False
-    fields: dict[str, Any] = {"state": "finished"} if verdict != UNGRADED else {}
+    fields: dict[str, Any] = {"state": "finished", "error": None} if verdict != UNGRADED else {}
     writes.update_attempt(
         db, command.attempt_id or 0, outcome=verdict, reason=reason, speedup=feedback.speedup,
         impl_median_ms=feedback.impl_median_ms, eager_median_ms=feedback.eager_median_ms,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import parse_config
+from engine.control import SCHEDULING_ENDED
 from engine.grading.api import Feedback, GradeRequest
 from engine.scheduler import Engine
 from engine.standins.simulated import SimulatedBackend, SimulatedRunner
@@ -111,6 +112,32 @@ def _jobs(db: Any, attempt_id: int) -> list[str]:
         "WHERE s.attempt_id = ? AND s.purpose = 'final' ORDER BY g.id", [attempt_id])]
 
 
+async def _refusals(store: Store, config: Any, attempt_id: int) -> list[tuple[str, str]]:
+    """Two retries of an attempt ungraded again, applied by an engine whose re-grade of it
+    is under way, then by one whose scheduler has started everything (no grading either)."""
+    await store.write(lambda db: db.execute(
+        "UPDATE attempts SET outcome = 'ungraded', reason = 'infra.oom' WHERE id = ?",
+        [attempt_id]))
+    engine = Engine(store, config, HeldRunner(), OomOnce())
+    engine.ids = {r.plan_key: r.id for r in await store.read(
+        queries.attempts_for_experiment, config.id)}
+    done = asyncio.get_running_loop().create_future()
+    done.cancel()
+    answers = []
+    for under_way in (True, False):
+        engine.control.regrading = {attempt_id} if under_way else set()
+        engine.control.woken = None if under_way else done
+        command_id = await store.write(lambda db: db.execute(
+            "INSERT INTO control_commands (experiment_id, attempt_id, action, actor, state, "
+            "created_at) VALUES (?, ?, 'retry', 't', 'pending', 'x')",
+            [config.id, attempt_id]).lastrowid)
+        assert await engine.control.apply_pending() == 1
+        command = await store.read(controls.command, command_id)
+        answers.append((command.state, command.outcome))
+    assert not engine.control.regrades and engine.control.todo == set()
+    return answers
+
+
 async def test_retry_regrades_an_ungraded_final_and_reruns_a_lost_sandbox(db_path: Path) -> None:
     config = parse_config(CONFIG)
     runner, grader = HeldRunner(), OomOnce()
@@ -149,6 +176,7 @@ async def test_retry_regrades_an_ungraded_final_and_reruns_a_lost_sandbox(db_pat
         series = await store.read(lambda db: db.execute(
             "SELECT count(*) FROM timing_repeats WHERE attempt_id = ? AND state = 'done'",
             [oom.id]).fetchone()[0])
+        refusals = await _refusals(store, config, oom.id)
     # the final re-graded: ungraded -> a result, the agent not run again, the old job kept
     assert regrade.state == "applied", regrade.outcome
     assert (after.state, after.outcome, after.reason, after.tries) == ("finished", "preview",
@@ -162,6 +190,9 @@ async def test_retry_regrades_an_ungraded_final_and_reruns_a_lost_sandbox(db_pat
     assert json.loads(earlier)["final"]["message"].startswith("judge error: OutOfMemoryError")
     assert all(c.resolved and c.rho is not None for c in comps if c.problem_id == "p28")
     assert intervened[oom.id] == ["retry"]
+    # a re-grade is refused while one runs, and once the run starts nothing more
+    assert refusals == [("refused", f"attempt {oom.id}'s final is being re-graded"),
+                        ("refused", SCHEDULING_ENDED)]
     # no final (its sandbox died): the attempt runs again, its first try kept
     assert rerun.state == "applied" and "try 2 queued; try 1 kept" in rerun.outcome
     assert (again.tries, again.outcome, runner.calls[lost.id]) == (2, "preview", 2)
@@ -172,6 +203,7 @@ import asyncio, os, signal, sys
 sys.path.insert(0, sys.argv[3])
 import engine.regrade
 from engine.config import parse_config
+from engine.control import SCHEDULING_ENDED
 from engine.scheduler import Engine
 from storage.store import Store
 from test_regrade import CONFIG, HeldRunner, OomOnce
