@@ -40,6 +40,14 @@ def outcome_of(final: Feedback | None) -> tuple[str, str | None]:
     return "fail", final.reason or final.verdict
 
 
+def regrades_final(state: str, outcome: str | None, reason: str | None) -> bool:
+    """Whether an operator's retry re-grades the attempt's stored final instead of running
+    its agent again: it ended ``ungraded`` because its final grading failed for the grader's
+    own reasons (an ``infra.*`` error, ``usage``, ``timing.invalid``), its agent's work done.
+    An attempt without a final (its sandbox, task build or model endpoint failed) runs again."""
+    return state in ("finished", "failed") and outcome == UNGRADED and reason in UNGRADED_REASONS
+
+
 def failed_outcome(outcome: AttemptOutcome) -> tuple[str, str]:
     """Outcome and reason of an attempt that ended ``failed``: ``ungraded`` with an ``infra.*``
     reason (its final's grader kept failing, its sandbox or task build failed, the model

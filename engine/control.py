@@ -11,7 +11,10 @@ on the experiment applies it (once) before it decides what to run. What each act
   resumes a stopped attempt. An attempt waiting to run is taken out of the run.
 * ``retry``: a running attempt is stopped first; the attempt is queued for a new try (same
   plan slot: task, skill, seed); the earlier try's steps and submissions stay under their
-  try number and its result is kept in the command's outcome (the link).
+  try number and its result is kept in the command's outcome (the link). An attempt its
+  grader failed (``ungraded`` with a stored final: ``attempt_records.regrades_final``) has
+  that final re-graded instead, its agent not run again (``engine/regrade.py``): the command
+  stays ``applying`` until the re-grade's verdict is stored with its ``applied`` mark.
 * ``extend``: more submissions (live) or wall minutes (from the attempt's next try: a
   running trial's timeout is fixed when it starts), within the config's ``[control]`` limits.
 * ``pause``, ``resume``, ``stop_run``: the engine's own controls.
@@ -26,7 +29,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.attempt_records import regrades_final
 from engine.attempts.spec import AttemptOutcome, AttemptSpec
+from engine.regrade import final_submission
 from storage import controls, queries
 from storage.controls import Command
 from storage.db import now
@@ -37,6 +42,8 @@ if TYPE_CHECKING:
 POLL_S = 0.25  # how often the engine looks for commands (the issue asks ≤ 1 s)
 ENGINE_ENDED = "the engine stopped before applying this; run the experiment again to act"
 _ENDED = ("finished", "failed", "skipped", "interrupted")
+SCHEDULING_ENDED = ("the run starts nothing more (it is finishing or stopping): no re-grade "
+                    "can start in it now")
 
 
 @dataclass
@@ -55,6 +62,11 @@ class Control:
     running: dict[int, _Running] = field(default_factory=dict)
     todo: set[str] = field(default_factory=set)  # the scheduler's set, while it schedules
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # a retry queued an attempt
+    # re-grades of stored finals (engine/regrade.py): claimed and waiting for the scheduler,
+    # and every attempt with one waiting or under way (a second retry of it is refused)
+    regrades: dict[int, Command] = field(default_factory=dict)
+    regrading: set[int] = field(default_factory=set)
+    woken: asyncio.Future[Any] | None = None  # the scheduler's waiter (see ``waiter``)
 
     @property
     def owner(self) -> str:
@@ -67,10 +79,13 @@ class Control:
         return asyncio.create_task(self.poll(), name=f"control-{self.engine.config.id}")
 
     def waiter(self, todo: set[str]) -> asyncio.Future[Any]:
-        """What wakes the scheduler when a retry adds to ``todo`` (its set of keys to run)."""
+        """What wakes the scheduler when a retry adds to ``todo`` (its set of keys to run);
+        the scheduler cancels the last one when it has started everything it will."""
         self.todo = todo
+        todo.update(k for k, i in self.engine.ids.items() if i in self.regrades)
         self.wake.clear()
-        return asyncio.ensure_future(self.wake.wait())
+        self.woken = asyncio.ensure_future(self.wake.wait())
+        return self.woken
 
     async def poll(self) -> None:
         """Apply commands until cancelled (a busy store: try again next time)."""
@@ -140,6 +155,9 @@ class Control:
             handle.stop = command  # the supervised task records it as it ends
             handle.task.cancel()
             return
+        if row.id in self.regrading:
+            await self._mark(command, "refused", f"attempt {row.id}'s final is being re-graded")
+            return
         if row.stop_reason is not None:
             await self._mark(command, "refused", f"attempt {row.id} is already stopped")
             return
@@ -183,6 +201,19 @@ class Control:
             return
         if row.state not in _ENDED:
             await self._mark(command, "refused", f"attempt {row.id} is {row.state}: not ended")
+            return
+        if row.id in self.regrading:
+            await self._mark(command, "refused", f"attempt {row.id}'s final is being re-graded")
+            return
+        final = await self.engine.store.read(final_submission, row.id, row.tries)
+        if final is not None and regrades_final(row.state, row.outcome, row.reason):
+            # its grader failed: re-grade the stored final (applied when its verdict is in)
+            if self.woken is not None and self.woken.cancelled():
+                await self._mark(command, "refused", SCHEDULING_ENDED)
+                return
+            self.regrades[row.id] = command
+            self.regrading.add(row.id)
+            self._queue(command)
             return
         if await self.engine.store.write(_requeued, command, self.owner):
             self._queue(command)

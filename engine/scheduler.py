@@ -19,7 +19,7 @@ import contextlib
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from engine import comparisons
 from engine.attempt_records import attach_skill, failed_outcome, outcome_of, store_outcome
@@ -54,12 +54,14 @@ from engine.events import (
     StaleAttempts,
 )
 from engine.final_repeats import FinalRepeats
-from engine.grading.api import GradingBackend
+from engine.grading.api import Feedback, GradingBackend
 from engine.grading.backends.gate import GradingGate
 from engine.paired_repeats import paired_for
 from engine.plan import Plan, PlanNode, build_plan
 from engine.recording import RecordingBackend, StoreObserver
+from engine.regrade import regrade_final
 from engine.retry import RetryPolicy
+from engine.run_types import AttemptRunner
 from engine.slots import Slots
 from engine.targets import resolve_experiment_gpu
 from storage import queries, run_locks, writes
@@ -67,14 +69,6 @@ from storage.db import now
 from storage.store import Store
 
 __all__ = ["AttemptRunner", "Engine", "RunSummary", "outcome_of", "skill_hash", "task_hash"]
-
-
-class AttemptRunner(Protocol):
-    """Runs one try of one attempt (the Terminus-2 runner, the simulated one, a test's)."""
-
-    async def __call__(
-        self, spec: AttemptSpec, backend: GradingBackend, observer: StoreObserver
-    ) -> AttemptOutcome: ...
 
 
 @dataclass
@@ -378,6 +372,8 @@ class Engine:
 
     async def _run_node(self, node: PlanNode) -> str:
         attempt_id = self.ids[node.key]
+        if (regrade := self.control.regrades.pop(attempt_id, None)) is not None:
+            return await regrade_final(self, node, regrade)  # an operator's re-grade
         spec = await self.control.limits(await self._spec(node, attempt_id))
         if (reason := spec.skip_reason()) is not None:
             await self.publisher.publish(
@@ -448,9 +444,7 @@ class Engine:
         if self.lock_lost:  # another engine owns the experiment now
             return
         attempt_id = spec.attempt_id
-        state = (
-            outcome.state if outcome.state in ("finished", "failed", "interrupted") else ("failed")
-        )
+        state = outcome.state if outcome.state in ("finished", "interrupted") else "failed"
         if self.retry.rerun_now(state, retryable=outcome.retryable, try_number=spec.try_number):
             # a transient failure: record it and run the attempt again (an execution retry)
             await self.publisher.publish(
@@ -484,6 +478,12 @@ class Engine:
             verdict=verdict,
             reason=reason,
         )
+        await self.after_final(node, attempt_id, state, final)
+
+    async def after_final(self, node: PlanNode, attempt_id: int, state: str,
+                          final: Feedback | None) -> None:
+        """An attempt's result is stored (its run, or a re-grade of its final): queue its
+        repeated finals, mark a CPU preview, recompute its comparisons."""
         if state == "finished":
             await self.repeats.add(attempt_id)  # repeat 1; queues repeats 2..R
         if final is not None and final.in_preview and not self.preview:

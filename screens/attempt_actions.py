@@ -1,7 +1,8 @@
 """Operators' actions on the selected attempt (the Attempts list and the attempt detail):
 stop, retry, extend, note, exclude, include, each confirmed in a dialog that takes the
-reason. The App writes the command (``storage/controls.py``); the engine holding the run
-applies it, so they work from ``mkb tui --attach`` and the browser view too."""
+reason and says what the action does to that attempt (a retry of one its grader failed
+re-grades its final). The App writes the command (``storage/controls.py``); the engine
+holding the run applies it, so they work from ``mkb tui --attach`` and the browser view too."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, Label, OptionList
 from textual.widgets.option_list import Option
 
+from engine.attempt_records import regrades_final
+from storage.queries import AttemptRow
+
 # action → (key, footer title, what the dialog asks, destroys work)
 ACTIONS: dict[str, tuple[str, str, str, bool]] = {
     "stop": ("X", "Stop", "End its agent, sandbox and gradings (state stopped).", True),
@@ -28,6 +32,17 @@ ACTIONS: dict[str, tuple[str, str, str, bool]] = {
                 False),
 }
 NEEDS_REASON = ("exclude", "include")
+REGRADE_TEXT = ("Re-grade its stored final (its grader failed: {reason}); the agent does not "
+                "run again and the earlier result is kept.")
+
+
+def action_text(action: str, row: AttemptRow | None) -> tuple[str, bool]:
+    """What ``action`` does to the attempt ``row``, and whether it ends work: a retry of an
+    attempt its grader failed re-grades its stored final (``engine/regrade.py``)."""
+    _, _, what, destroys = ACTIONS[action]
+    if action == "retry" and row and regrades_final(row.state, row.outcome, row.reason):
+        return REGRADE_TEXT.format(reason=row.reason), False
+    return what, destroys
 
 
 def action_bindings(prefix: str) -> list[BindingType]:
@@ -58,36 +73,43 @@ class ActionMenu(ModalScreen[str | None]):
         Binding("escape", "dismiss", "Cancel", id="action_menu.cancel"),
     ]
 
-    def __init__(self, attempt_id: int) -> None:
+    def __init__(self, attempt_id: int, row: AttemptRow | None = None) -> None:
         super().__init__()
         self.attempt_id = attempt_id
+        self.row = row
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(f"Attempt {self.attempt_id}: act")
-            yield OptionList(*(Option(f"{key_label(key):>2}  {title:8} {what}", id=action)
-                               for action, (key, title, what, _) in ACTIONS.items()))
+            yield OptionList(*(
+                Option(f"{key_label(key):>2}  {title:8} {action_text(action, self.row)[0]}",
+                       id=action)
+                for action, (key, title, _, _) in ACTIONS.items()))
 
     @on(OptionList.OptionSelected)
     def picked(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
 
 
-def ask_menu(screen: Screen[Any], attempt_id: int | None) -> None:
-    """The list of actions for ``attempt_id``; the one picked is confirmed as its key is."""
+def ask_menu(screen: Screen[Any], attempt_id: int | None, row: AttemptRow | None = None
+             ) -> None:
+    """The list of actions for ``attempt_id`` (``row``: its row, for what each does to it);
+    the one picked is confirmed as its key is."""
     if attempt_id is None:
         screen.notify("no attempt selected", severity="warning")
         return
 
     def picked(action: str | None) -> None:
         if action:
-            ask_action(screen, action, attempt_id)
+            ask_action(screen, action, attempt_id, row)
 
-    screen.app.push_screen(ActionMenu(attempt_id), picked)
+    screen.app.push_screen(ActionMenu(attempt_id, row), picked)
 
 
-def ask_action(screen: Screen[Any], action: str, attempt_id: int | None) -> None:
-    """Confirm ``action`` on ``attempt_id`` in a dialog, then have the App send it."""
+def ask_action(screen: Screen[Any], action: str, attempt_id: int | None,
+               row: AttemptRow | None = None) -> None:
+    """Confirm ``action`` on ``attempt_id`` (its ``row``, when known) in a dialog, then have
+    the App send it."""
     if attempt_id is None:
         screen.notify("no attempt selected", severity="warning")
         return
@@ -98,7 +120,8 @@ def ask_action(screen: Screen[Any], action: str, attempt_id: int | None) -> None
             app.act(given.action, attempt_id, reason=given.reason, args=given.args,
                     token=given.token)
 
-    app.push_screen(ActionDialog(action, attempt_id, ask_token=app.controls.asks_token), send)
+    app.push_screen(
+        ActionDialog(action, attempt_id, ask_token=app.controls.asks_token, row=row), send)
 
 
 @dataclass(frozen=True)
@@ -123,17 +146,21 @@ class ActionDialog(ModalScreen[ActionInput | None]):
         Binding("escape", "cancel", "Cancel", id="action.cancel"),
     ]
 
-    def __init__(self, action: str, attempt_id: int, *, ask_token: bool = False) -> None:
+    def __init__(self, action: str, attempt_id: int, *, ask_token: bool = False,
+                 row: AttemptRow | None = None) -> None:
         super().__init__()
         self.action = action
         self.attempt_id = attempt_id
         self.ask_token = ask_token
+        self.row = row
 
     def compose(self) -> ComposeResult:
-        _, title, what, destroys = ACTIONS[self.action]
+        title = ACTIONS[self.action][1]
+        what, destroys = action_text(self.action, self.row)
         with Vertical():
             yield Label(f"{title} attempt {self.attempt_id}?", id="action-title")
-            yield Label(what + (" This cannot be undone." if destroys else ""))
+            yield Label(what + (" This cannot be undone." if destroys else ""),
+                        id="action-what")
             if self.action == "extend":
                 yield Input(placeholder="extra submissions", id="action-submissions",
                             type="integer")

@@ -207,10 +207,10 @@ class AttemptDetailScreen(LiveScreen):
             self.query_one(ReplyTail).show(reply)
 
     def action_act(self, action: str) -> None:
-        ask_action(self, action, self.attempt_id)
+        ask_action(self, action, self.attempt_id, self.row)
 
     def action_act_menu(self) -> None:
-        ask_menu(self, self.attempt_id)
+        ask_menu(self, self.attempt_id, self.row)
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

@@ -361,16 +361,20 @@ class AttemptsScreen(LiveScreen):
         self.page_offset = 0
         self.load()
 
-    def selected_id(self) -> int | None:
+    def selected_row(self) -> queries.AttemptRow | None:
         row = self.table.cursor_row
-        return self.rows[row].id if 0 <= row < len(self.rows) else None
+        return self.rows[row] if 0 <= row < len(self.rows) else None
+
+    def selected_id(self) -> int | None:
+        row = self.selected_row()
+        return row.id if row else None
 
     def action_act(self, action: str) -> None:
         """Stop, retry, extend, note, exclude or include the attempt under the cursor."""
-        ask_action(self, action, self.selected_id())
+        ask_action(self, action, self.selected_id(), self.selected_row())
 
     def action_act_menu(self) -> None:
-        ask_menu(self, self.selected_id())
+        ask_menu(self, self.selected_id(), self.selected_row())
 
     def action_reverse_sort(self) -> None:
         self.descending = not self.descending

@@ -24,7 +24,8 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="attempt_action", metavar="ACTION", required=True)
     helps = {
         "stop": "end the attempt's agent, sandbox and gradings (state stopped)",
-        "retry": "run a new try of the same plan slot (the earlier one is kept, linked)",
+        "retry": "run a new try of the same plan slot (the earlier one is kept, linked); "
+                 "an attempt ungraded by its grader's failure has its final re-graded instead",
         "extend": "more submissions (or wall minutes, from the next try) for a running attempt",
         "exclude": "leave the attempt out of the analysis (--reason required)",
         "include": "take an excluded attempt back into the analysis (--reason required)",

@@ -138,3 +138,30 @@ async def test_lift_banner_counts_exclusions_and_i_leaves_out_intervened(
         await pilot.press("i")
         await wait_until(pilot, lambda: "WITHOUT intervened" in banner(), timeout=20)
         assert app.screen.report["coverage"]["comparisons"] < before
+
+
+async def test_r_says_what_a_retry_does_to_the_selected_attempt(make_app, seeded_db: Path) -> None:
+    db = open_db(seeded_db)
+    with db.conn:
+        oom, other = [r[0] for r in db.execute(
+            "SELECT id FROM attempts WHERE experiment_id = 'tui-test' AND state = 'finished' "
+            "ORDER BY id LIMIT 2")]
+        db.execute("UPDATE attempts SET outcome = 'ungraded', reason = 'infra.oom' WHERE id = ?",
+                   [oom])
+    db.conn.close()
+    app = make_app(attach=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, AttemptsScreen)
+        await wait_until(pilot, lambda: screen.total == 17)
+        for attempt_id, says in ((oom, "Re-grade its stored final (its grader failed: "
+                                  "infra.oom); the agent does not run again"),
+                                 (other, "Run a new try of the same slot")):
+            screen.table.move_cursor(row=[r.id for r in screen.rows].index(attempt_id))
+            await pilot.press("R")
+            await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+            what = plain(app.screen.query_one("#action-what", Static))
+            assert says in what
+            assert ("cannot be undone" in what) == (attempt_id == other)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is screen)
