@@ -31,7 +31,7 @@ grading_slots = 1                 # evaluations at once (one per GPU); feedback 
 gpu = "auto"                      # b200 | h200 | h100 | auto: what the grading host reports
 final_repeats = 1                 # gradings of each passing final, spread in time (median scores)
 paired_repeats = 0                # 0 | k | "adaptive": each resolved comparison's two finals
-                                  # graded k times each, interleaved in pairs (random order per pair), on one slot
+                                  # graded k times each, in pairs (random order), on one slot
 paired_max = 10                   # with "adaptive": the most pairs before the test decides
 
 [retry]

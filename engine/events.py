@@ -332,7 +332,8 @@ class FinalRepeatGraded(Event):
 @dataclass(frozen=True)
 class PairedFinalGraded(Event):
     """One grading of a comparison's paired job (``engine/paired_repeats.py``): its position
-    in the job's order (pairs, each in a random order), the arm's attempt (``attempt_id``), and the slot it ran on."""
+    in the job's order (pairs, each in a random order), the arm's attempt (``attempt_id``),
+    and the slot it ran on."""
 
     comparison_id: int = 0
     arm: str = ""

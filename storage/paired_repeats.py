@@ -2,10 +2,11 @@
 rows with a ``pair_key``, migration m008).
 
 A paired job grades a comparison's baseline and treatment k times each on one grading slot,
-interleaved in pairs (each pair's order drawn at random). Both arms' rows share ``pair_key = pair:<experiment id>:<comparison
-id>``; each arm's rows are one series (``pair:<experiment id>:<comparison id>:<arm>``) and
-``repeat`` is the row's position in the job's interleaved order, so the i-th baseline row and
-the i-th treatment row (by ``repeat``) form pair i.
+interleaved in pairs (each pair's order drawn at random). Both arms' rows share
+``pair_key = pair:<experiment id>:<comparison id>``; each arm's rows are one series
+(``pair:<experiment id>:<comparison id>:<arm>``) and ``repeat`` is the row's position in the
+job's interleaved order, so the i-th baseline row and the i-th treatment row (by ``repeat``)
+form pair i.
 """
 
 from __future__ import annotations
