@@ -32,6 +32,9 @@ from storage.event_rows import append_event
 from storage.migrations import CONTROL_ACTIONS
 
 NO_ENGINE = "no engine holds this run"
+# a retry with no engine holding the run waits for the experiment's next run, which applies
+# it before it decides what to run (a re-grade of an ungraded final, or a new try)
+NEXT_RUN = "no engine holds this run: queued for its next run (mkb run)"
 DATA_ACTIONS = ("note", "exclude", "include")  # applied at once, engine or not
 ATTEMPT_ACTIONS = ("stop", "retry", "extend", "note", "exclude", "include")
 RUN_ACTIONS = ("pause", "resume", "stop_run")
@@ -126,7 +129,8 @@ def submit(
     """Write one command (run it in a write transaction); returns its row.
 
     Raises :class:`ControlError` for a command that cannot be written. A data action is
-    applied here; an engine action without a live engine is written ``refused``; with
+    applied here; an engine action without a live engine is written ``refused`` (a retry
+    stays ``pending``, for the experiment's next run: ``NEXT_RUN``); with
     ``refuse`` (why this actor may not act) it is written ``refused`` so, the refusal logged.
     """
     args = dict(args or {})
@@ -137,7 +141,10 @@ def submit(
     elif action in DATA_ACTIONS:
         state, outcome, applied = "applied", _data_outcome(db, action, attempt_id), now()
     elif not engine_alive(db, experiment_id):
-        state, outcome, applied = "refused", NO_ENGINE, now()
+        if action == "retry":
+            outcome = NEXT_RUN
+        else:
+            state, outcome, applied = "refused", NO_ENGINE, now()
     cur = db.execute(
         "INSERT INTO control_commands (experiment_id, attempt_id, action, args_json, reason, "
         "actor, state, outcome, created_at, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

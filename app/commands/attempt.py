@@ -89,12 +89,16 @@ def run(args: argparse.Namespace) -> int:
         except controls.ControlError as exc:
             raise UsageError(str(exc)) from exc
         deadline = time.monotonic() + WAIT_S
-        while command.state in ("pending", "applying") and time.monotonic() < deadline:
+        while command.state in ("pending", "applying") and time.monotonic() < deadline and (
+            command.outcome != controls.NEXT_RUN
+        ):
             time.sleep(0.1)
             command = controls.command(db, command.id)
     finally:
         db.conn.close()
     print(clean_text(command.describe()))
-    if command.state in ("pending", "applying"):
+    if command.state == "pending" and command.outcome == controls.NEXT_RUN:
+        print("the experiment's next `mkb run` applies it before anything else")
+    elif command.state in ("pending", "applying"):
         print("the engine has not answered yet; `mkb tui --attach` shows when it does")
     return 0 if command.state in ("applied", "pending", "applying") else 1

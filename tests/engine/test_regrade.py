@@ -277,3 +277,29 @@ def test_a_killed_engine_mid_regrade_never_grades_twice_and_loses_nothing(tmp_pa
     assert grader.finals[oom.id] == 1  # only its repeated final, after the re-grade
     assert row is not None
     assert (row.outcome, row.tries) == ("preview", 1)
+
+
+async def test_a_retry_filed_after_the_run_is_applied_by_its_next_run(db_path: Path) -> None:
+    """The run has ended with p28's final ungraded (the judge out of memory): a retry filed
+    then waits for the experiment's next run, which re-grades that final first."""
+    config = parse_config(CONFIG)
+    grader = OomOnce()
+    with Store(db_path) as store:
+        first = HeldRunner(lose_sandbox=False)
+        first.release.set()  # p36's attempts run at once
+        await Engine(store, config, first, grader).run()
+        rows = await store.read(queries.attempts_for_experiment, config.id)
+        ungraded = next(r for r in rows if r.outcome == "ungraded")
+        assert (ungraded.reason, ungraded.id) == ("infra.oom", grader.oom_attempt)
+        command = await store.write(controls.submit, config.id, "retry", actor="t",
+                                    attempt_id=ungraded.id)
+        assert (command.state, command.outcome) == ("pending", controls.NEXT_RUN)
+        runner = HeldRunner(lose_sandbox=False)
+        runner.release.set()
+        await Engine(store, config, runner, grader).run()
+        after = await store.read(queries.attempt, ungraded.id)
+        applied = await store.read(controls.command, command.id)
+    assert applied.state == "applied" and "re-graded" in applied.outcome
+    assert after is not None and after.outcome in ("pass", "preview")
+    assert runner.calls[ungraded.id] == 0  # the agent did not run again
+    assert grader.finals[ungraded.id] >= 2  # the failed final, then its re-grade
