@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from engine.analysis.paired_lift import paired_report
+from engine.analysis.noise import Series
+from engine.analysis.paired_lift import adaptive_max, paired_calls, paired_report
+from engine.analysis.sequential import look_weight
 from storage import writes
 from storage.db import open_db
 from storage.event_rows import text_hash
-from storage.paired_repeats import comparison_pairs
+from storage.paired_repeats import PairedComparison, PairedGrading, comparison_pairs
 
 
 def _comparison(db: Any, problem: str, replicate: int) -> int:
@@ -222,3 +224,52 @@ def test_an_arms_solo_final_is_a_reference_for_its_gradings(db_path: Path) -> No
     e2e = paired_report(db, "e")["comparisons"][0]["clocks"]["e2e"]
     assert (e2e["call"], e2e["rejected_gradings"], e2e["dropped_pairs"]) == ("untested", 2, 2)
     db.conn.close()
+
+
+BAND = [  # (p01, tirx, n1): 6 series of 4 gradings, σ ≈ 0.03
+    Series("p01", "n1", tuple(math.exp(0.03 * z) for z in (-1.2, 0.4, 1.1, -0.3)), f"n:{i}", "tirx")
+    for i in range(6)
+]
+
+
+def _pairs(log_rho: float) -> PairedComparison:
+    """Five pairs on one slot whose differences are ``log_rho`` plus a fixed wiggle."""
+    wiggle = (0.02, -0.015, 0.01, -0.02, 0.005)
+    arms = {"baseline": [math.exp(log_rho + w) for w in wiggle], "treatment": [1.0] * 5}
+    graded = {
+        arm: tuple(
+            PairedGrading(f"pair:e:1:{arm}", i, "tirx", "n1", "n1:gpu0", "pass", v, None, arm)
+            for i, v in enumerate(values)
+        )
+        for arm, values in arms.items()
+    }
+    return PairedComparison(1, "m", "p01", "cute->tirx", 1, graded["baseline"], graded["treatment"])
+
+
+def test_an_adaptive_design_gives_bh_the_sequential_p() -> None:
+    """A job that may stop at any look is judged by the sequence's p (min_k p_k / w_k, valid
+    under optional stopping), not the last look's plain p: p = 0.03 at the 5th pair is help
+    beyond noise with k fixed at 5, within noise when the job could have stopped earlier."""
+    fixed = paired_calls([_pairs(0.04)], {"e2e": BAND})[0]["clocks"]["e2e"]
+    assert 0.0216 < fixed["p"] < 0.05 and fixed["call"] == "help"  # 0.0216: α · w_5
+    assert fixed["sequential_p"] is None and fixed["q"] == fixed["p"]
+    adaptive = paired_calls([_pairs(0.04)], {"e2e": BAND}, adaptive_max=5)[0]["clocks"]["e2e"]
+    assert adaptive["p"] == fixed["p"]  # the estimate and its plain p are shown unchanged
+    assert adaptive["q"] == adaptive["sequential_p"] >= fixed["p"] / look_weight(5, 5)
+    assert adaptive["call"] == "within"
+    clear = paired_calls([_pairs(0.3)], {"e2e": BAND}, adaptive_max=5)[0]
+    assert clear["call"] == "help"
+
+
+@pytest.mark.parametrize(
+    ("grading", "expected"),
+    [
+        ('paired_repeats = "adaptive"\npaired_max = 6', 6),
+        ('paired_repeats = "adaptive"', 10),  # the config's default maximum
+        ("paired_repeats = 5", None),
+        ("", None),
+    ],
+)
+def test_the_design_is_read_from_the_stored_config(grading: str, expected: int | None) -> None:
+    assert adaptive_max(f'[experiment]\nname = "e"\n\n[grading]\n{grading}\n') == expected
+    assert adaptive_max("not [ toml") is None
