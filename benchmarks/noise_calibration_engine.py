@@ -147,7 +147,19 @@ def run_experiment(
         rows = store.read_sync(repeat_rows.paired_rows, "calib")
     gradings = sum(1 for rs in rows.values() for r in rs if r.state == "done")
     calls = [(r["call"], truth[r["problem"]], r["status"]) for r in report["comparisons"]]
-    return {"calls": calls, "gradings": gradings}
+    return {"calls": calls, "gradings": gradings, "null_ps": _null_ps(report, truth)}
+
+
+def _null_ps(report: dict[str, Any], truth: dict[str, float]) -> list[float]:
+    """The p-values BH took for the tested null comparisons (end to end): under a valid test
+    a share x of them lies below x."""
+    out = []
+    for r in report["comparisons"]:
+        clock = r["clocks"]["e2e"]
+        p = clock["sequential_p"] if clock.get("sequential_p") is not None else clock["p"]
+        if truth[r["problem"]] == 1.0 and r["status"] == "paired" and p is not None:
+            out.append(float(p))
+    return out
 
 
 def clopper_pearson(hits: int, n: int, level: float = 0.95) -> tuple[float, float] | None:
@@ -205,7 +217,12 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         n = sum(t for _, t in per)
         detect[f"detect_{e}"] = sum(h for h, _ in per) / n if n else None
         detect[f"detect_{e}_se"] = _se([h / t for h, t in per if t])
+    null_ps = [p for r in results for p in r.get("null_ps", ())]
     return {
+        "null_p_below": {
+            f"{x:g}": float(np.mean([p < x for p in null_ps])) if null_ps else None
+            for x in (0.01, 0.025, 0.05)
+        },
         "false_call_rate": false / nulls if nulls else None,
         "false_call_rate_se": _se(false_rates),
         "fdr": float(np.mean(fdps)) if fdps else None,

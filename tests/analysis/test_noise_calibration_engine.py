@@ -83,8 +83,8 @@ def test_the_summary_pools_the_fdr_with_an_exact_interval_and_gives_standard_err
     experiments."""
     null_call = ("help", 1.0, "paired")
     quiet = [("within", 1.0, "paired")] * 3 + [("within", 1.3, "paired")]
-    lone = {"calls": [null_call, *quiet[1:]], "gradings": 24}
-    right = {"calls": [*quiet[:3], ("help", 1.3, "paired")], "gradings": 40}
+    lone = {"calls": [null_call, *quiet[1:]], "gradings": 24, "null_ps": [0.004, 0.3]}
+    right = {"calls": [*quiet[:3], ("help", 1.3, "paired")], "gradings": 40, "null_ps": [0.02]}
     none = {"calls": quiet, "gradings": 40}
     s = summarize([lone, right, none, none])
     assert s["fdr"] == pytest.approx(0.25)  # (1 + 0 + 0 + 0) / 4
@@ -96,3 +96,4 @@ def test_the_summary_pools_the_fdr_with_an_exact_interval_and_gives_standard_err
     assert s["gradings_per_comparison"] == pytest.approx(144 / 16)
     assert clopper_pearson(0, 10) == (0.0, pytest.approx(0.30850, abs=1e-4))
     assert clopper_pearson(0, 0) is None
+    assert s["null_p_below"] == pytest.approx({"0.01": 1 / 3, "0.025": 2 / 3, "0.05": 2 / 3})
