@@ -269,4 +269,9 @@ def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
         [b.sigma for b in bands if b.sigma is not None],
         min((b.dof for b in bands), default=0),
     )
-    return {"comparisons": rows, "power": note, "outliers": outlier_totals(rows)}
+    return {
+        "comparisons": rows,
+        "power": note,
+        "outliers": outlier_totals(rows),
+        "adaptive_max": most,
+    }

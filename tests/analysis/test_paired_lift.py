@@ -172,6 +172,28 @@ def test_mkb_analyze_shows_paired_calls_in_text_and_json(
     }
 
 
+def test_an_adaptive_experiment_takes_and_says_the_sequential_p(
+    store: Any, db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The design is the stored config's: with ``paired_repeats = "adaptive"`` every paired
+    comparison's q comes from its sequential p, and `mkb analyze` says so (text and JSON)."""
+    from app.cli import main
+
+    config = '[experiment]\nname = "e"\n\n[grading]\npaired_repeats = "adaptive"\npaired_max = 5\n'
+    store.execute("UPDATE experiments SET config_toml = ? WHERE id = 'e'", [config])
+    store.conn.commit()
+    args = ["analyze", "--db", str(db_path), "--experiment", "e", "--draws", "20"]
+    assert main(args) == 0
+    assert "adaptive jobs (up to 5 pairs): q from each comparison's sequential p" in (
+        capsys.readouterr().out
+    )
+    assert main([*args, "--json"]) == 0
+    paired = json.loads(capsys.readouterr().out)["paired"]
+    assert paired["adaptive_max"] == 5
+    p01 = next(r for r in paired["comparisons"] if r["problem"] == "p01")["clocks"]["e2e"]
+    assert p01["sequential_p"] is not None and p01["sequential_p"] >= p01["p"]
+
+
 def test_slow_gradings_are_rejected_and_shown_by_mkb_analyze(
     db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
