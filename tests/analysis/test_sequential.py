@@ -186,6 +186,7 @@ def test_a_pairs_band_takes_both_arms() -> None:
     band is their root mean square (2σ² = σ_b² + σ_t²), with the smaller dof; none unless both
     arms have a band (the engine read the baseline's alone)."""
     sigma, dof = arms_band((0.03, 20), (0.25, 8))
+    assert sigma is not None
     assert sigma == pytest.approx(math.sqrt((0.03**2 + 0.25**2) / 2)) and dof == 8
     assert 2 * sigma**2 == pytest.approx(0.03**2 + 0.25**2)
     assert arms_band((0.03, 20), (None, 0)) == (None, 0)
