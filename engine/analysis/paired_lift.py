@@ -87,7 +87,8 @@ def _estimate(
 ) -> tuple[PairedEstimate, float | None]:
     """The comparison's test on one clock, and the p-value its BH step takes: the test's own,
     or for an adaptive design the sequence's (:func:`sequential.sequential_p` over the pairs
-    left after the outlier screen, in their order, with the same bands)."""
+    left after the outlier screen, in their order, with the same bands; one pair left, with a
+    band: its p over the first look's share of α)."""
     base = [_value(b, clock) for b, _ in c.pairs]
     treat = [_value(t, clock) for _, t in c.pairs]
     sigmas, dof = _arm_bands(c, groups)
@@ -97,6 +98,8 @@ def _estimate(
     if adaptive_max is None or est.p is None:
         return est, est.p
     diffs = screen_pairs(base, treat, *sigmas, refs)[0]
+    if len(diffs) < sequential.FIRST_LOOK:  # outliers left one pair: it is the first look
+        return est, min(est.p / sequential.look_weight(sequential.FIRST_LOOK, adaptive_max), 1.0)
     band = sequential.arms_band((sigmas[0], dof), (sigmas[1], dof))
     return est, sequential.sequential_p(diffs, *band, adaptive_max, screen=False)
 

@@ -283,6 +283,25 @@ def test_an_adaptive_design_gives_bh_the_sequential_p() -> None:
     assert clear["call"] == "help"
 
 
+def test_an_adaptive_job_left_with_one_pair_by_an_outlier_is_its_first_look() -> None:
+    """A job stopped at two pairs, one of which lost a 2× grading: one pair is left, too few
+    for a look; with a band it is tested as the first look (p over that look's share of α),
+    not left untested (through the engine that missed 1.3× helps at CV 3 %)."""
+    arms = {"baseline": [1.35, 2 * 1.35], "treatment": [1.0, 1.0]}
+    graded = {
+        arm: tuple(
+            PairedGrading(f"pair:e:1:{arm}", i, "tirx", "n1", "n1:gpu0", "pass", v, None, arm)
+            for i, v in enumerate(values)
+        )
+        for arm, values in arms.items()
+    }
+    comp = PairedComparison(1, "m", "p01", "cute->tirx", 1, graded["baseline"], graded["treatment"])
+    row = paired_calls([comp], {"e2e": BAND}, adaptive_max=5)[0]["clocks"]["e2e"]
+    assert row["k"] == 1 and row["dropped_pairs"] == 1 and row["p"] is not None
+    assert row["sequential_p"] == pytest.approx(row["p"] / look_weight(2, 5))
+    assert row["call"] == "help"
+
+
 @pytest.mark.parametrize(
     ("grading", "expected"),
     [
