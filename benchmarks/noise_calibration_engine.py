@@ -253,9 +253,10 @@ def calibrate_engine(
     out: Path | None,
     final_repeats: int = 1,
     only: tuple[str, ...] = (),
+    designs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Every scenario (``only``: those named) × design through the engine; the summary (also
-    written to ``out``)."""
+    """Every scenario (``only``: those named) × design (``designs``: those named) through the
+    engine; the summary (also written to ``out``)."""
     start = time.perf_counter()
     truth = effects_of(problems)
     rows: dict[str, dict[str, Any]] = {}
@@ -265,6 +266,8 @@ def calibrate_engine(
                 continue
             rows[sc.name] = {}
             for design in DESIGNS:
+                if designs and design not in designs:
+                    continue
                 results = []
                 for e in range(experiments):
                     db = Path(tmp) / f"s{i}-{design}-{e}.sqlite"
@@ -282,7 +285,9 @@ def calibrate_engine(
         "final_repeats": final_repeats,
         "effects": truth,
         "scenarios": rows,
-        "adaptive_saving": {name: saving(r) for name, r in rows.items()},
+        "adaptive_saving": {
+            name: saving(r) for name, r in rows.items() if {"adaptive_max5", "fixed_k5"} <= set(r)
+        },
         "seconds": round(time.perf_counter() - start, 1),
     }
     if out is not None:
@@ -311,6 +316,13 @@ def main() -> None:
         type=Path,
         default=Path("docs/bench-records/2026-12-07-noise-calibration-engine-sequential-p.json"),
     )
+    parser.add_argument(
+        "--design",
+        action="append",
+        default=[],
+        choices=list(DESIGNS),
+        help="run only this design (repeatable; default: every one)",
+    )
     args = parser.parse_args()
     summary = calibrate_engine(
         args.experiments,
@@ -320,6 +332,7 @@ def main() -> None:
         args.out,
         args.final_repeats,
         tuple(args.scenario),
+        tuple(args.design),
     )
     print(json.dumps(summary, indent=1))
 
