@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from engine.analysis.paired_lift import paired_report
 from engine.config import parse_config
@@ -146,37 +147,93 @@ def run_experiment(
         rows = store.read_sync(repeat_rows.paired_rows, "calib")
     gradings = sum(1 for rs in rows.values() for r in rs if r.state == "done")
     calls = [(r["call"], truth[r["problem"]], r["status"]) for r in report["comparisons"]]
-    return {"calls": calls, "gradings": gradings}
+    return {"calls": calls, "gradings": gradings, "null_ps": _null_ps(report, truth)}
+
+
+def _null_ps(report: dict[str, Any], truth: dict[str, float]) -> list[float]:
+    """The p-values BH took for the tested null comparisons (end to end): under a valid test
+    a share x of them lies below x."""
+    out = []
+    for r in report["comparisons"]:
+        clock = r["clocks"]["e2e"]
+        p = clock["sequential_p"] if clock.get("sequential_p") is not None else clock["p"]
+        if truth[r["problem"]] == 1.0 and r["status"] == "paired" and p is not None:
+            out.append(float(p))
+    return out
+
+
+def clopper_pearson(hits: int, n: int, level: float = 0.95) -> tuple[float, float] | None:
+    """The exact (Clopper–Pearson) interval of a binomial share ``hits / n`` (None at n = 0)."""
+    if n == 0:
+        return None
+    tail = (1 - level) / 2
+    low = float(stats.beta.ppf(tail, hits, n - hits + 1)) if hits else 0.0
+    high = float(stats.beta.ppf(1 - tail, hits + 1, n - hits)) if hits < n else 1.0
+    return low, high
+
+
+def _se(values: list[float]) -> float | None:
+    """The standard error of a mean over experiments (their spread / √n; None below 2)."""
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     """False calls (share of nulls called), observed FDR (mean over experiments of wrong
-    calls / calls), detection per effect, paired gradings per comparison, cross_host share."""
-    nulls = false = comps = gradings = cross = 0
+    calls / calls, 0 without calls: the FDR's definition), the pooled FDR (wrong calls / all
+    calls across experiments, with its Clopper–Pearson 95 % interval: the honest figure where
+    calls are rare), detection per effect, paired gradings per comparison, cross_host share.
+    ``*_se``: standard errors from the spread across experiments (comparisons of one
+    experiment share their bands, so they are not independent draws)."""
+    comps = gradings = cross = wrong_all = called_all = 0
     fdps: list[float] = []
+    per_comparison: list[float] = []  # paired gradings per comparison, per experiment
+    false_rates: list[float] = []
+    nulls_of: list[list[int]] = []
     effects = set(EFFECTS[1:]) | {rho for r in results for _, rho, _ in r["calls"]} - {1.0}
-    hits = {e: [0, 0] for e in sorted(effects)}
+    hits: dict[float, list[list[int]]] = {e: [] for e in sorted(effects)}
     for r in results:
         wrong = called = 0
+        tally = {e: [0, 0] for e in (1.0, *hits)}
         for call, rho, status in r["calls"]:
             is_call = call in ("help", "harm")
             called += is_call
             wrong += is_call and (rho == 1.0 or call == "harm")
             cross += status == "cross_host"
-            if rho == 1.0:
-                nulls += 1
-                false += is_call
-            else:
-                hits[rho][0] += call == "help"
-                hits[rho][1] += 1
+            tally[rho][0] += is_call if rho == 1.0 else call == "help"
+            tally[rho][1] += 1
         fdps.append(wrong / called if called else 0.0)
+        false_rates.append(tally[1.0][0] / tally[1.0][1] if tally[1.0][1] else 0.0)
+        nulls_of.append(tally[1.0])
+        for e in hits:
+            hits[e].append(tally[e])
+        wrong_all += wrong
+        called_all += called
         comps += len(r["calls"])
         gradings += r["gradings"]
+        per_comparison.append(r["gradings"] / len(r["calls"]) if r["calls"] else 0.0)
+    false, nulls = (sum(col) for col in zip(*nulls_of, strict=True)) if nulls_of else (0, 0)
+    detect = {}
+    for e, per in hits.items():
+        n = sum(t for _, t in per)
+        detect[f"detect_{e}"] = sum(h for h, _ in per) / n if n else None
+        detect[f"detect_{e}_se"] = _se([h / t for h, t in per if t])
+    null_ps = [p for r in results for p in r.get("null_ps", ())]
     return {
+        "null_p_below": {
+            f"{x:g}": float(np.mean([p < x for p in null_ps])) if null_ps else None
+            for x in (0.01, 0.025, 0.05)
+        },
         "false_call_rate": false / nulls if nulls else None,
+        "false_call_rate_se": _se(false_rates),
         "fdr": float(np.mean(fdps)) if fdps else None,
-        **{f"detect_{e}": h / n if n else None for e, (h, n) in hits.items()},
+        "fdr_se": _se(fdps),
+        "calls": called_all,
+        "wrong_calls": wrong_all,
+        "pooled_fdr": wrong_all / called_all if called_all else None,
+        "pooled_fdr_ci95": clopper_pearson(wrong_all, called_all),
+        **detect,
         "gradings_per_comparison": gradings / comps if comps else None,
+        "gradings_per_comparison_se": _se(per_comparison),
         "cross_host_share": cross / comps if comps else None,
         "comparisons": comps,
     }
@@ -196,9 +253,10 @@ def calibrate_engine(
     out: Path | None,
     final_repeats: int = 1,
     only: tuple[str, ...] = (),
+    designs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Every scenario (``only``: those named) × design through the engine; the summary (also
-    written to ``out``)."""
+    """Every scenario (``only``: those named) × design (``designs``: those named) through the
+    engine; the summary (also written to ``out``)."""
     start = time.perf_counter()
     truth = effects_of(problems)
     rows: dict[str, dict[str, Any]] = {}
@@ -208,6 +266,8 @@ def calibrate_engine(
                 continue
             rows[sc.name] = {}
             for design in DESIGNS:
+                if designs and design not in designs:
+                    continue
                 results = []
                 for e in range(experiments):
                     db = Path(tmp) / f"s{i}-{design}-{e}.sqlite"
@@ -225,7 +285,9 @@ def calibrate_engine(
         "final_repeats": final_repeats,
         "effects": truth,
         "scenarios": rows,
-        "adaptive_saving": {name: saving(r) for name, r in rows.items()},
+        "adaptive_saving": {
+            name: saving(r) for name, r in rows.items() if {"adaptive_max5", "fixed_k5"} <= set(r)
+        },
         "seconds": round(time.perf_counter() - start, 1),
     }
     if out is not None:
@@ -252,7 +314,14 @@ def main() -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path("docs/bench-records/2026-12-07-noise-calibration-engine.json"),
+        default=Path("docs/bench-records/2026-12-07-noise-calibration-engine-sequential-p.json"),
+    )
+    parser.add_argument(
+        "--design",
+        action="append",
+        default=[],
+        choices=list(DESIGNS),
+        help="run only this design (repeatable; default: every one)",
     )
     args = parser.parse_args()
     summary = calibrate_engine(
@@ -263,6 +332,7 @@ def main() -> None:
         args.out,
         args.final_repeats,
         tuple(args.scenario),
+        tuple(args.design),
     )
     print(json.dumps(summary, indent=1))
 

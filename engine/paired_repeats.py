@@ -45,7 +45,7 @@ from storage import queries
 from storage import repeats as repeat_rows
 
 MOVES = 3  # slots a job may move to after infrastructure errors before it is left to a rerun
-Decide = Callable[[list[float], float | None, int, int], str]
+Decide = Callable[..., str]  # (diffs, band σ, band dof, max pairs, *, provisional) -> decision
 
 
 def arm_at(position: int, key: str) -> str:
@@ -122,19 +122,35 @@ def _job_of(db: Any, experiment_id: str, comparison_id: int) -> PairJob | None:
     return PairJob(comparison_id, key, comp.problem_id, arms)
 
 
-def band_of(
-    db: Any, experiment_id: str, job: PairJob, dsl: str, host: str
-) -> tuple[float | None, int]:
-    """(σ, dof) of the A/A band of (problem, DSL, grading host) from the experiment's series
-    and ``mkb noise`` runs, this job's own rows left out; (None, 0) without a band."""
-    rows = repeat_rows.problem_series(db, [job.problem_id], experiment_id=experiment_id)
-    series = [
+def _series(db: Any, experiment_id: str, problem_id: str) -> list[Series]:
+    rows = repeat_rows.problem_series(db, [problem_id], experiment_id=experiment_id)
+    return [
         Series(r["problem"], r["host"], tuple(r["values"]), r["key"], r["dsl"], r["preview"])
         for r in rows
-        if not str(r["key"]).startswith(f"{job.key}:")
     ]
-    band = pool(series).get((job.problem_id, dsl, host))
+
+
+def _band(bands: dict[Any, Any], key: tuple[str, str, str]) -> sequential.Band:
+    band = bands.get(key)
     return (band.sigma, band.dof) if band is not None and band.sigma is not None else (None, 0)
+
+
+def decision_bands(
+    db: Any, experiment_id: str, job: PairJob, host: str
+) -> tuple[sequential.Band, sequential.Band]:
+    """The bands the sequential rule reads on ``host``: both arms' bands of (problem, DSL,
+    host), this job's own rows left out (:func:`sequential.arms_band`), and the provisional
+    band of its futility stop: each arm's problem and DSL pooled over every host, this job's
+    own arms included (each arm is a series of one file on one slot). The provisional band
+    never enters a test (docs/analysis.md, "Adaptive repeats")."""
+    every = _series(db, experiment_id, job.problem_id)
+    mine = f"{job.key}:"
+    leave_out = pool(s for s in every if not s.key.startswith(mine))
+    anywhere = pool(Series(s.problem, "*", s.values_ms, s.key, s.dsl, s.preview) for s in every)
+    dsls = [job.arms[arm][1] for arm in ("baseline", "treatment")]
+    strict = [_band(leave_out, (job.problem_id, dsl, host)) for dsl in dsls]
+    loose = [_band(anywhere, (job.problem_id, dsl, "*")) for dsl in dsls]
+    return sequential.arms_band(*strict), sequential.arms_band(*loose)
 
 
 def _resolved_ids(db: Any, experiment_id: str) -> list[int]:
@@ -234,15 +250,17 @@ class PairedRepeats:
 
     async def _decided(self, job: PairJob, done: list[repeat_rows.RepeatRow]) -> bool:
         """Adaptive: whether the sequential test decided on the complete pairs so far (with
-        the band of the problem, the baseline's DSL and the job's grading host)."""
+        both arms' bands on the job's grading host, and a provisional band for futility)."""
         if not self.adaptive or self.decide is None:
             return False
         diffs = pair_diffs(done)
         if not diffs:
             return False
-        dsl = job.arms["baseline"][1]
-        sigma, dof = await self.store.read(band_of, self.experiment_id, job, dsl, done[-1].host)
-        return self.decide(diffs, sigma, dof, self.pairs) != "continue"
+        band, provisional = await self.store.read(
+            decision_bands, self.experiment_id, job, done[-1].host
+        )
+        decision = self.decide(diffs, *band, self.pairs, provisional=provisional)
+        return decision != "continue"
 
     async def _grade(
         self, job: PairJob, position: int, arm: str, slot: str

@@ -179,8 +179,18 @@ def paired_lines(report: dict[str, Any]) -> list[str]:
         "",
     )
     lines = text_table(title(heading, report["preview"]), header, rows, left=5)
+    most = paired.get("adaptive_max")
+    adaptive = (
+        [
+            f"  adaptive jobs (up to {most} pairs): q from each comparison's sequential p "
+            "(min over its looks of p / the look's share of alpha: valid however early it stopped)"
+        ]
+        if most
+        else []
+    )
     return [
         *lines,
+        *adaptive,
         *outlier_lines(paired.get("outliers")),
         *power_lines(paired.get("power"), "per comparison"),
     ]

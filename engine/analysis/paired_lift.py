@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import tomllib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from engine.analysis import sequential
 from engine.analysis.noise import BandKey, Series, band_of
 from engine.analysis.paired_test import (
     PAIRED,
@@ -30,6 +32,7 @@ from engine.analysis.paired_test import (
     call_of,
     paired_test_gradings,
     pairing_status,
+    screen_pairs,
 )
 from engine.analysis.power import paired_power
 from storage.paired_repeats import PairedComparison, PairedGrading
@@ -76,34 +79,57 @@ def _refs(arm: Sequence[PairedGrading], clock: str, solo: Solo) -> list[float | 
 
 
 def _estimate(
-    c: PairedComparison, clock: str, groups: Mapping[BandKey, Sequence[Series]], solo: Solo
-) -> PairedEstimate:
+    c: PairedComparison,
+    clock: str,
+    groups: Mapping[BandKey, Sequence[Series]],
+    solo: Solo,
+    adaptive_max: int | None = None,
+) -> tuple[PairedEstimate, float | None]:
+    """The comparison's test on one clock, and the p-value its BH step takes: the test's own,
+    or for an adaptive design the sequence's (:func:`sequential.sequential_p` over the pairs
+    left after the outlier screen, in their order, with the same bands; one pair left, with a
+    band: its p over the first look's share of α)."""
     base = [_value(b, clock) for b, _ in c.pairs]
     treat = [_value(t, clock) for _, t in c.pairs]
     sigmas, dof = _arm_bands(c, groups)
     refs = (_refs(c.baseline, clock, solo), _refs(c.treatment, clock, solo))
-    return paired_test_gradings(base, treat, sigmas, min(dof, PRIOR_DOF_CAP), refs=refs)
+    dof = min(dof, PRIOR_DOF_CAP)
+    est = paired_test_gradings(base, treat, sigmas, dof, refs=refs)
+    if adaptive_max is None or est.p is None:
+        return est, est.p
+    diffs = screen_pairs(base, treat, *sigmas, refs)[0]
+    if len(diffs) < sequential.FIRST_LOOK:  # outliers left one pair: it is the first look
+        return est, min(est.p / sequential.look_weight(sequential.FIRST_LOOK, adaptive_max), 1.0)
+    band = sequential.arms_band((sigmas[0], dof), (sigmas[1], dof))
+    return est, sequential.sequential_p(diffs, *band, adaptive_max, screen=False)
 
 
 def paired_calls(
     comparisons: Sequence[PairedComparison],
     series: Mapping[str, Iterable[Series]],
     solo: Solo | None = None,
+    adaptive_max: int | None = None,
 ) -> list[dict[str, Any]]:
     """Per comparison: its pairing, and per clock the test, q and call (see the docstring).
     ``series``: each clock's stored series (``e2e`` and ``span``); ``solo``: unpaired readings
-    (e2e, span) of the arms' files by (source hash, host), more references for outliers."""
+    (e2e, span) of the arms' files by (source hash, host), more references for outliers;
+    ``adaptive_max``: the pairs' maximum when the jobs stopped adaptively (the BH step then
+    takes each comparison's sequential p-value, valid however the job was stopped)."""
     groups = {clock: _grouped(series.get(clock, ())) for clock in CLOCKS}
     rows: list[dict[str, Any]] = []
     for c in comparisons:
         status = pairing_status([(b.where, t.where) for b, t in c.pairs])
-        clocks = {clock: _estimate(c, clock, groups[clock], solo or {}) for clock in CLOCKS}
-        rows.append({"comparison": c, "status": status, "clocks": clocks})
+        tests = {
+            clock: _estimate(c, clock, groups[clock], solo or {}, adaptive_max) for clock in CLOCKS
+        }
+        clocks = {clock: est for clock, (est, _) in tests.items()}
+        tested = {clock: p for clock, (_, p) in tests.items()}
+        rows.append({"comparison": c, "status": status, "clocks": clocks, "tested_p": tested})
     for clock in CLOCKS:
-        ps = [r["clocks"][clock].p if r["status"] == PAIRED else None for r in rows]
+        ps = [r["tested_p"][clock] if r["status"] == PAIRED else None for r in rows]
         for r, q in zip(rows, bh_qvalues(ps), strict=True):
             r.setdefault("q", {})[clock] = q
-    return [_row(r) for r in rows]
+    return [_row(r, adaptive_max is not None) for r in rows]
 
 
 def _grouped(series: Iterable[Series]) -> dict[BandKey, list[Series]]:
@@ -113,14 +139,15 @@ def _grouped(series: Iterable[Series]) -> dict[BandKey, list[Series]]:
     return out
 
 
-def _row(r: dict[str, Any]) -> dict[str, Any]:
+def _row(r: dict[str, Any], adaptive: bool = False) -> dict[str, Any]:
     c: PairedComparison = r["comparison"]
     status: str = r["status"]
     clocks: dict[str, Any] = {}
     for clock, est in r["clocks"].items():
         q = r["q"][clock]
         call = call_of(est, q) if status == PAIRED else status
-        clocks[clock] = {**est.as_dict(), "q": q, "call": call}
+        sequential_p = r["tested_p"][clock] if adaptive else None
+        clocks[clock] = {**est.as_dict(), "sequential_p": sequential_p, "q": q, "call": call}
     calls = {clock: v["call"] for clock, v in clocks.items()}
     tested = [v for v in calls.values() if v in ("help", "harm", "within")]
     disagree = len(tested) == len(calls) and len(set(tested)) > 1
@@ -195,6 +222,22 @@ def power_note(
     }
 
 
+def adaptive_max(config_toml: str) -> int | None:
+    """``paired_max`` when an experiment's config ran its paired jobs adaptively
+    (``[grading] paired_repeats = "adaptive"``), else None (fixed k, or no readable config)."""
+    from engine.grading_table import DEFAULT_PAIRED_MAX
+
+    try:
+        grading = tomllib.loads(config_toml).get("grading", {})
+    except tomllib.TOMLDecodeError:
+        return None
+    if not isinstance(grading, dict) or grading.get("paired_repeats") != "adaptive":
+        return None
+    most = grading.get("paired_max", DEFAULT_PAIRED_MAX)
+    ok = isinstance(most, int) and not isinstance(most, bool) and most >= sequential.FIRST_LOOK
+    return most if ok else None
+
+
 def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
     """The experiment's paired comparisons from the store, with the power note (e2e bands)."""
     from engine.analysis.noise import pool
@@ -219,7 +262,9 @@ def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
     hashes = {g.source_hash for c in comps for g in (*c.baseline, *c.treatment)}
     solo = solo_gradings(db, experiment_id, hashes)
     series = {"e2e": e2e, "span": span_series(db, problems, experiment_id)}
-    rows = paired_calls(comps, series, solo)
+    experiment = queries.experiment(db, experiment_id)
+    most = adaptive_max(experiment.config_toml) if experiment is not None else None
+    rows = paired_calls(comps, series, solo, most)
     in_use = {(c.problem_id, g.dsl, g.host) for c in comps for g in (*c.baseline, *c.treatment)}
     bands = [b for key, b in pool(e2e).items() if key in in_use and b.sigma is not None]
     note = power_note(
@@ -227,4 +272,9 @@ def paired_report(db: Any, experiment_id: str) -> dict[str, Any]:
         [b.sigma for b in bands if b.sigma is not None],
         min((b.dof for b in bands), default=0),
     )
-    return {"comparisons": rows, "power": note, "outliers": outlier_totals(rows)}
+    return {
+        "comparisons": rows,
+        "power": note,
+        "outliers": outlier_totals(rows),
+        "adaptive_max": most,
+    }

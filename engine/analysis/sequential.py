@@ -31,13 +31,19 @@ has almost no power at 5 pairs, so conditional power under it would stop nearly 
 comparison, real 1.3× ones included; the trend keeps the ones that look like effects going.
 The boundary is non-binding (the efficacy boundaries are those without it), so it cannot raise
 the false-call rate: it only ends sequences that have not stopped beyond noise. It needs a band
-(the pair's own SD alone has 1–3 dof at the early looks; without one there is no futility stop).
+(the pair's own SD alone has 1–3 dof at the early looks). Where the (problem, DSL, host) band
+does not exist yet (the first jobs of a key), a *provisional* band serves the futility stop only
+(``provisional``: the engine gives the same problem and DSL pooled over every host, the job's
+own arms included); the efficacy and equivalence stops never see it, and the analysis reads the
+sequence through :func:`sequential_p`, which is valid however the sequence was stopped.
 The analysis treats a futile comparison as any other: its pairs are tested, and it is within
 noise unless BH says otherwise.
 
 :func:`sequential_p` is the p-value of the whole sequence (``min_k p_k / w_k``): valid under
-optional stopping by the same union bound; it is what the Benjamini–Hochberg step across an
-experiment's comparisons takes for an adaptive comparison.
+optional stopping by the same union bound, whatever stopped the sequence (the futility stop, a
+provisional band, a job resumed); it is what the Benjamini–Hochberg step across an experiment's
+comparisons takes for an adaptive comparison, at the statistics level and in the store's
+analysis (``engine.analysis.paired_lift``).
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from dataclasses import dataclass
 
 from scipy import special
 
-from engine.analysis.paired_test import paired_test
+from engine.analysis.paired_test import paired_test, posterior_sd
 
 DECISIONS = ("continue", "help", "harm", "within", "futile")
 RELEVANT = 0.10  # |ρ − 1| below this is no practically relevant effect (the planner's 1.1×)
@@ -92,6 +98,9 @@ class Look:
     weighted_p: float | None  # p_k / w_k (None: no test at this look)
 
 
+Band = tuple[float | None, int]  # (σ of one grading's log runtime, dof); (None, 0): none
+
+
 def look(
     diffs: Sequence[float],
     band_sigma: float | None,
@@ -101,15 +110,18 @@ def look(
     *,
     relevant: float = RELEVANT,
     futility: float = FUTILITY,
+    provisional: Band = (None, 0),
+    screen: bool = True,
 ) -> Look:
-    """The look after ``len(diffs)`` pairs (capped at ``max_pairs``); see :func:`decide`."""
+    """The look after ``len(diffs)`` pairs (capped at ``max_pairs``); see :func:`decide`.
+    ``screen``: reject outlying differences first (off where the gradings were screened)."""
     if max_pairs < FIRST_LOOK:
         raise ValueError(f"max_pairs must be at least {FIRST_LOOK} (got {max_pairs})")
     k = min(len(diffs), max_pairs)
     if k < FIRST_LOOK:
         return Look("continue", None)
     prior_sd, prior_dof = _prior(band_sigma, band_dof)
-    est = paired_test(list(diffs[:k]), prior_sd, prior_dof, alpha)
+    est = paired_test(list(diffs[:k]), prior_sd, prior_dof, alpha, screen=screen)
     at_end = k >= max_pairs
     if est.p is None or est.se is None or est.log_rho is None:
         return Look("within" if at_end else "continue", None)
@@ -122,11 +134,20 @@ def look(
     margin = math.log1p(relevant)
     if -margin < est.log_rho - half and est.log_rho + half < margin:
         return Look("within", weighted)
-    if est.prior and futility > 0:
-        power = conditional_power(est.log_rho, est.sd or 0.0, k, max_pairs, alpha)
-        if power < futility:
-            return Look("futile", weighted)
+    sd = est.sd if est.prior else _futility_sd(diffs[:k], provisional)
+    power = 1.0 if sd is None else conditional_power(est.log_rho, sd, k, max_pairs, alpha)
+    if power < futility:
+        return Look("futile", weighted)
     return Look("continue", weighted)
+
+
+def _futility_sd(diffs: Sequence[float], provisional: Band) -> float | None:
+    """The SD of one difference for the futility stop of a look without a band: the pairs' own
+    variance shrunk toward the provisional band (None without one: no futility stop)."""
+    prior_sd, prior_dof = _prior(*provisional)
+    if prior_sd is None or prior_dof <= 0:
+        return None
+    return posterior_sd(diffs, prior_sd, prior_dof)[0]
 
 
 def conditional_power(
@@ -157,24 +178,48 @@ def decide(
     *,
     relevant: float = RELEVANT,
     futility: float = FUTILITY,
+    provisional: Band = (None, 0),
 ) -> str:
     """``continue``, ``help``, ``harm``, ``within`` or ``futile`` after ``len(diffs)`` pairs.
 
     ``band_sigma``: the pooled band's SD of one grading's log runtime on this host (None: no
-    band; when the arms' DSLs have different bands, √((σ_base² + σ_treat²) / 2)); ``band_dof``:
-    its degrees of freedom (the smaller of the two). Outliers are rejected as in
+    band; when the arms' DSLs have different bands, √((σ_base² + σ_treat²) / 2), see
+    :func:`arms_band`); ``band_dof``: its degrees of freedom (the smaller of the two).
+    ``provisional``: a band (σ, dof) for the futility stop alone, used only without
+    ``band_sigma`` (see the module docstring). Outliers are rejected as in
     :func:`engine.analysis.paired_test.paired_test`; an outlier-dominated look continues."""
     return look(
-        diffs, band_sigma, band_dof, max_pairs, alpha, relevant=relevant, futility=futility
+        diffs,
+        band_sigma,
+        band_dof,
+        max_pairs,
+        alpha,
+        relevant=relevant,
+        futility=futility,
+        provisional=provisional,
     ).decision
 
 
+def arms_band(base: Band, treat: Band) -> Band:
+    """One band for a pair from its two arms' bands: σ = √((σ_b² + σ_t²) / 2), so that a
+    difference's variance 2σ² is σ_b² + σ_t², with the smaller dof; (None, 0) unless both."""
+    (sb, db), (st, dt) = base, treat
+    if sb is None or st is None:
+        return None, 0
+    return math.sqrt((sb * sb + st * st) / 2), min(db, dt)
+
+
 def sequential_p(
-    diffs: Sequence[float], band_sigma: float | None, band_dof: int, max_pairs: int
+    diffs: Sequence[float],
+    band_sigma: float | None,
+    band_dof: int,
+    max_pairs: int,
+    *,
+    screen: bool = True,
 ) -> float | None:
     """The sequence's p-value ``min_k p_k / w_k`` over looks 2 … len(diffs) (None: no look)."""
     found = [
-        look(diffs[:k], band_sigma, band_dof, max_pairs).weighted_p
+        look(diffs[:k], band_sigma, band_dof, max_pairs, screen=screen).weighted_p
         for k in range(FIRST_LOOK, min(len(diffs), max_pairs) + 1)
     ]
     tested = [p for p in found if p is not None]

@@ -10,7 +10,14 @@ import math
 import statistics
 from pathlib import Path
 
-from benchmarks.noise_calibration_engine import Scenario, run_experiment, summarize
+import pytest
+
+from benchmarks.noise_calibration_engine import (
+    Scenario,
+    clopper_pearson,
+    run_experiment,
+    summarize,
+)
 from engine.grading.api import GradeRequest
 from engine.standins.simulated import SimulatedBackend
 
@@ -67,3 +74,26 @@ def test_a_tiny_experiment_through_the_engine(tmp_path: Path) -> None:
     crossed = run_experiment(rr, "fixed_k3", truth, 1, 1, tmp_path / "rr.sqlite")
     assert summarize([crossed])["cross_host_share"] > 0.5  # labelled, so never called
     assert all(c not in ("help", "harm") for c, _, s in crossed["calls"] if s == "cross_host")
+
+
+def test_the_summary_pools_the_fdr_with_an_exact_interval_and_gives_standard_errors() -> None:
+    """Where calls are rare the mean of per-experiment FDPs is one experiment's luck (one false
+    call out of one reads 100 %); the pooled share of wrong calls, with its Clopper–Pearson
+    interval, says how little is known. Standard errors come from the spread across
+    experiments."""
+    null_call = ("help", 1.0, "paired")
+    quiet = [("within", 1.0, "paired")] * 3 + [("within", 1.3, "paired")]
+    lone = {"calls": [null_call, *quiet[1:]], "gradings": 24, "null_ps": [0.004, 0.3]}
+    right = {"calls": [*quiet[:3], ("help", 1.3, "paired")], "gradings": 40, "null_ps": [0.02]}
+    none = {"calls": quiet, "gradings": 40}
+    s = summarize([lone, right, none, none])
+    assert s["fdr"] == pytest.approx(0.25)  # (1 + 0 + 0 + 0) / 4
+    assert s["fdr_se"] == pytest.approx(0.25)  # SD 0.5 over 4 experiments
+    assert (s["calls"], s["wrong_calls"], s["pooled_fdr"]) == (2, 1, 0.5)
+    low, high = s["pooled_fdr_ci95"]
+    assert low == pytest.approx(0.01258, abs=1e-4) and high == pytest.approx(0.98742, abs=1e-4)
+    assert s["false_call_rate"] == pytest.approx(1 / 12)
+    assert s["gradings_per_comparison"] == pytest.approx(144 / 16)
+    assert clopper_pearson(0, 10) == (0.0, pytest.approx(0.30850, abs=1e-4))
+    assert clopper_pearson(0, 0) is None
+    assert s["null_p_below"] == pytest.approx({"0.01": 1 / 3, "0.025": 2 / 3, "0.05": 2 / 3})

@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from engine.analysis.paired_lift import paired_report
+from engine.analysis.noise import Series
+from engine.analysis.paired_lift import adaptive_max, paired_calls, paired_report
+from engine.analysis.sequential import look_weight
 from storage import writes
 from storage.db import open_db
 from storage.event_rows import text_hash
-from storage.paired_repeats import comparison_pairs
+from storage.paired_repeats import PairedComparison, PairedGrading, comparison_pairs
 
 
 def _comparison(db: Any, problem: str, replicate: int) -> int:
@@ -170,6 +172,28 @@ def test_mkb_analyze_shows_paired_calls_in_text_and_json(
     }
 
 
+def test_an_adaptive_experiment_takes_and_says_the_sequential_p(
+    store: Any, db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The design is the stored config's: with ``paired_repeats = "adaptive"`` every paired
+    comparison's q comes from its sequential p, and `mkb analyze` says so (text and JSON)."""
+    from app.cli import main
+
+    config = '[experiment]\nname = "e"\n\n[grading]\npaired_repeats = "adaptive"\npaired_max = 5\n'
+    store.execute("UPDATE experiments SET config_toml = ? WHERE id = 'e'", [config])
+    store.conn.commit()
+    args = ["analyze", "--db", str(db_path), "--experiment", "e", "--draws", "20"]
+    assert main(args) == 0
+    assert "adaptive jobs (up to 5 pairs): q from each comparison's sequential p" in (
+        capsys.readouterr().out
+    )
+    assert main([*args, "--json"]) == 0
+    paired = json.loads(capsys.readouterr().out)["paired"]
+    assert paired["adaptive_max"] == 5
+    p01 = next(r for r in paired["comparisons"] if r["problem"] == "p01")["clocks"]["e2e"]
+    assert p01["sequential_p"] is not None and p01["sequential_p"] >= p01["p"]
+
+
 def test_slow_gradings_are_rejected_and_shown_by_mkb_analyze(
     db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -222,3 +246,71 @@ def test_an_arms_solo_final_is_a_reference_for_its_gradings(db_path: Path) -> No
     e2e = paired_report(db, "e")["comparisons"][0]["clocks"]["e2e"]
     assert (e2e["call"], e2e["rejected_gradings"], e2e["dropped_pairs"]) == ("untested", 2, 2)
     db.conn.close()
+
+
+BAND = [  # (p01, tirx, n1): 6 series of 4 gradings, σ ≈ 0.03
+    Series("p01", "n1", tuple(math.exp(0.03 * z) for z in (-1.2, 0.4, 1.1, -0.3)), f"n:{i}", "tirx")
+    for i in range(6)
+]
+
+
+def _pairs(log_rho: float) -> PairedComparison:
+    """Five pairs on one slot whose differences are ``log_rho`` plus a fixed wiggle."""
+    wiggle = (0.02, -0.015, 0.01, -0.02, 0.005)
+    arms = {"baseline": [math.exp(log_rho + w) for w in wiggle], "treatment": [1.0] * 5}
+    graded = {
+        arm: tuple(
+            PairedGrading(f"pair:e:1:{arm}", i, "tirx", "n1", "n1:gpu0", "pass", v, None, arm)
+            for i, v in enumerate(values)
+        )
+        for arm, values in arms.items()
+    }
+    return PairedComparison(1, "m", "p01", "cute->tirx", 1, graded["baseline"], graded["treatment"])
+
+
+def test_an_adaptive_design_gives_bh_the_sequential_p() -> None:
+    """A job that may stop at any look is judged by the sequence's p (min_k p_k / w_k, valid
+    under optional stopping), not the last look's plain p: p = 0.03 at the 5th pair is help
+    beyond noise with k fixed at 5, within noise when the job could have stopped earlier."""
+    fixed = paired_calls([_pairs(0.04)], {"e2e": BAND})[0]["clocks"]["e2e"]
+    assert 0.0216 < fixed["p"] < 0.05 and fixed["call"] == "help"  # 0.0216: α · w_5
+    assert fixed["sequential_p"] is None and fixed["q"] == fixed["p"]
+    adaptive = paired_calls([_pairs(0.04)], {"e2e": BAND}, adaptive_max=5)[0]["clocks"]["e2e"]
+    assert adaptive["p"] == fixed["p"]  # the estimate and its plain p are shown unchanged
+    assert adaptive["q"] == adaptive["sequential_p"] >= fixed["p"] / look_weight(5, 5)
+    assert adaptive["call"] == "within"
+    clear = paired_calls([_pairs(0.3)], {"e2e": BAND}, adaptive_max=5)[0]
+    assert clear["call"] == "help"
+
+
+def test_an_adaptive_job_left_with_one_pair_by_an_outlier_is_its_first_look() -> None:
+    """A job stopped at two pairs, one of which lost a 2× grading: one pair is left, too few
+    for a look; with a band it is tested as the first look (p over that look's share of α),
+    not left untested (through the engine that missed 1.3× helps at CV 3 %)."""
+    arms = {"baseline": [1.35, 2 * 1.35], "treatment": [1.0, 1.0]}
+    graded = {
+        arm: tuple(
+            PairedGrading(f"pair:e:1:{arm}", i, "tirx", "n1", "n1:gpu0", "pass", v, None, arm)
+            for i, v in enumerate(values)
+        )
+        for arm, values in arms.items()
+    }
+    comp = PairedComparison(1, "m", "p01", "cute->tirx", 1, graded["baseline"], graded["treatment"])
+    row = paired_calls([comp], {"e2e": BAND}, adaptive_max=5)[0]["clocks"]["e2e"]
+    assert row["k"] == 1 and row["dropped_pairs"] == 1 and row["p"] is not None
+    assert row["sequential_p"] == pytest.approx(row["p"] / look_weight(2, 5))
+    assert row["call"] == "help"
+
+
+@pytest.mark.parametrize(
+    ("grading", "expected"),
+    [
+        ('paired_repeats = "adaptive"\npaired_max = 6', 6),
+        ('paired_repeats = "adaptive"', 10),  # the config's default maximum
+        ("paired_repeats = 5", None),
+        ("", None),
+    ],
+)
+def test_the_design_is_read_from_the_stored_config(grading: str, expected: int | None) -> None:
+    assert adaptive_max(f'[experiment]\nname = "e"\n\n[grading]\n{grading}\n') == expected
+    assert adaptive_max("not [ toml") is None

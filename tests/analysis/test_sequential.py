@@ -11,6 +11,7 @@ import pytest
 
 from engine.analysis.paired_test import paired_test
 from engine.analysis.sequential import (
+    arms_band,
     conditional_power,
     decide,
     look_weight,
@@ -162,3 +163,31 @@ def test_no_band_no_futility_stop() -> None:
     flat = [0.10, -0.12, 0.05]
     assert decide(flat, None, 0, max_pairs=6) == "continue"
     assert decide(flat, 0.25, 20, max_pairs=6) == "futile"
+
+
+def test_a_provisional_band_serves_the_futility_stop_and_nothing_else() -> None:
+    """Without the (problem, DSL, host) band there was no futility stop at all; a provisional
+    band gives one, but never an efficacy or equivalence stop (those need the band)."""
+    flat = [0.03, -0.03]  # no trend: 18 more pairs would hardly reach the boundary
+    assert decide(flat, None, 0, max_pairs=20) == "continue"
+    assert decide(flat, None, 0, max_pairs=20, provisional=(0.10, 20)) == "futile"
+    assert decide(flat, None, 0, max_pairs=20, provisional=(None, 0)) == "continue"
+    clear = [math.log(1.3) + 0.01, math.log(1.3) - 0.02]  # "help" at 2 pairs with the band
+    assert decide(clear, SIGMA, 20, max_pairs=10) == "help"
+    assert decide(clear, None, 0, max_pairs=10, provisional=(SIGMA, 20)) == "continue"
+    # with the band itself, the provisional one is not read
+    assert decide(flat, 0.10, 20, max_pairs=20, futility=0.0, provisional=(0.10, 20)) == (
+        "continue"
+    )
+
+
+def test_a_pairs_band_takes_both_arms() -> None:
+    """A difference of a baseline and a treatment grading has variance σ_b² + σ_t²: the pair's
+    band is their root mean square (2σ² = σ_b² + σ_t²), with the smaller dof; none unless both
+    arms have a band (the engine read the baseline's alone)."""
+    sigma, dof = arms_band((0.03, 20), (0.25, 8))
+    assert sigma is not None
+    assert sigma == pytest.approx(math.sqrt((0.03**2 + 0.25**2) / 2)) and dof == 8
+    assert 2 * sigma**2 == pytest.approx(0.03**2 + 0.25**2)
+    assert arms_band((0.03, 20), (None, 0)) == (None, 0)
+    assert arms_band((None, 0), (0.03, 20)) == (None, 0)

@@ -303,7 +303,7 @@ async def test_an_adaptive_job_stops_when_the_test_decides(db_path: Path) -> Non
         eng, backend = make_engine(store, simulated(), pairs=5)
         seen: list[int] = []
 
-        def decide(diffs: list[float], sigma: Any, dof: Any, most: int) -> str:
+        def decide(diffs: list[float], sigma: Any, dof: Any, most: int, **_: Any) -> str:
             seen.append(len(diffs))
             return "continue" if len(diffs) < 2 else "within"
 
