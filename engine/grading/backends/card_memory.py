@@ -1,6 +1,6 @@
 """Admission of gradings by planned GPU memory, so that a card is never oversubscribed.
 
-Each grading's plan (:func:`problems.memory.memory_plan`: judge, runner and contexts at the
+Each grading's plan (:func:`planned`: judge, runner and contexts at the
 grading's scale) is reserved on its card before the grading starts and released when it
 ends; a grading waits while its plan does not fit beside the plans reserved there. The
 reservations of one card live in one file (``card-<name>.json`` under
@@ -12,8 +12,11 @@ any GPU time with the reason :data:`MEMORY_UNFIT`.
 
 The card's size comes from :data:`CARD_GB_ENV` when set (a fake size makes CPU preview
 slots admit the same way, which is how the tests run it), else from ``nvidia-smi``. Plans are
-traced in the backend's process (torch imported there once a card size is known), once per
-problem and scale.
+read from the stored plans (:mod:`problems.memory_store`: no trace, no torch); a problem
+whose entry is stale or missing is traced in the backend's process, once per problem, scale
+and card size. Where the grading does not fit the card with its float64 anchor on the device,
+the plan puts the anchor on the host: the job says so (``anchor``) and its limits get
+:func:`host_anchor_allowance` for the judge's own time.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 from engine.grading.admission import INFRA_MEMORY_UNFIT
 from engine.grading.verdict import InfrastructureError
+from problems.memory_model import MemoryPlan
 
 MEMORY_UNFIT = INFRA_MEMORY_UNFIT  # never retried: the plan is the same next time
 CARD_GB_ENV = "MKB_GPU_MEMORY_GB"
@@ -88,12 +92,34 @@ def _nvidia_smi_total(gpu: int) -> float | None:
 
 
 @functools.lru_cache(maxsize=512)
-def planned_bytes(problem_id: str, scale: str) -> float | None:
-    """The grading's planned peak on one card (None: the plan is unknown)."""
+def planned(problem_id: str, scale: str, capacity: float | None = None) -> MemoryPlan:
+    """The grading's plan on a card of ``capacity`` bytes (where its anchor runs, its peak):
+    from the stored plans (:mod:`problems.memory_store`, no torch imported), else traced
+    here (imports torch; a stale or missing entry)."""
+    from problems.memory_store import stored_plan
+
+    plan = stored_plan(problem_id, scale, capacity)
+    if plan is not None:
+        return plan
     from problems.memory import memory_plan
     from problems.registry import get
 
-    return memory_plan(get(problem_id), scale).total_bytes
+    return memory_plan(get(problem_id), scale, capacity)
+
+
+def planned_bytes(problem_id: str, scale: str, capacity: float | None = None) -> float | None:
+    """The grading's planned peak on one card (None: the plan is unknown)."""
+    return planned(problem_id, scale, capacity).total_bytes
+
+
+def host_anchor_allowance(plan: MemoryPlan, job: dict[str, Any]) -> float:
+    """The seconds a grading's host anchors may add to its limits: each anchor check of the
+    job (correctness draws, rechecks, the bypass call) at four times the plan's estimate,
+    at least a minute each (the estimate assumes an idle 16-core host)."""
+    if plan.anchor != "host":
+        return 0.0
+    checks = len(job["seeds"]["correctness"]) + len(job.get("recheck", [])) + 1
+    return checks * max(60.0, 4 * (plan.anchor_s or 0.0))
 
 
 def _alive(pid: int) -> bool:

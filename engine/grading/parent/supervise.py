@@ -38,6 +38,9 @@ class Limits:
     eager_timeout_s: float = 600.0  # the eager reference phase, outside the limit above
     memory_limit_mb: int | None = None  # resident memory of the child; None = no watchdog
     grace_s: float = 10.0  # after the result arrives, time left to exit
+    # the judge's own work that may move the limits above on (a float64 anchor on the host:
+    # the judge reports each one's seconds, ``judge_time``), at most this much in all
+    judge_extra_s: float = 0.0
 
 
 @dataclass
@@ -105,6 +108,7 @@ class _ChildWatch:
         self.outcome = ChildOutcome(pid=pid)
         self.start = time.monotonic()
         self.deadline = self.start + limits.eager_timeout_s
+        self.extended = 0.0  # seconds the judge's own work moved the deadline on
         self.buffer = b""
         self.received = 0
         self.next_rss = 0.0
@@ -132,9 +136,23 @@ class _ChildWatch:
                 self.deadline = time.monotonic() + limits.eager_timeout_s
             elif message.get("data") == "import":  # the submission's own time starts
                 self.deadline = time.monotonic() + limits.timeout_s
+        elif message.get("kind") == "judge_time":
+            self.extend(message.get("data"))
         elif message.get("kind") == "result" and outcome.result is None:
             outcome.result = message.get("data") if isinstance(message.get("data"), dict) else {}
             self.deadline = min(self.deadline, time.monotonic() + limits.grace_s)
+
+    def extend(self, seconds: Any) -> None:
+        """Move the deadline on by the judge's own ``seconds`` (within what is left of
+        :attr:`Limits.judge_extra_s`)."""
+        try:
+            spent = max(0.0, float(seconds))
+        except (TypeError, ValueError):
+            return
+        extra = min(spent, self.limits.judge_extra_s - self.extended)
+        if extra > 0:
+            self.extended += extra
+            self.deadline += extra
 
     def read_channel(self) -> None:
         """Wait briefly for the result channel and handle the complete lines that arrived."""

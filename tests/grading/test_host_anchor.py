@@ -1,0 +1,126 @@
+"""The float64 anchor on the host where a grading does not fit the card with it on the device:
+the plan's placement (problems/memory_model.py), the judge's anchor check on the host (same
+figures and verdicts as on the device: on this CPU-only machine both are the CPU, so the test
+holds the host path's wiring, not a second device), the judge's own time moving the
+submission's limit on, and the supervisor's deadline following within its allowance."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from engine.grading.backends.card_memory import host_anchor_allowance
+from engine.grading.judge.anchor import check_anchor, stand_ins
+from engine.grading.judge.output_checks import Draw, OutputChecks
+from engine.grading.judge.state import Evaluation
+from engine.grading.parent.supervise import Limits, _ChildWatch
+from problems.memory_model import (
+    CONTEXT_BYTES,
+    HEADROOM_BYTES,
+    DrawSizes,
+    anchor_run,
+    host_anchor_bytes,
+    placed_plan,
+)
+from problems.registry import get
+
+GB = 1e9
+
+
+def _sizes() -> DrawSizes:
+    """A p34-like draw: 8 GB of bf16 inputs whose float64 anchor needs far more."""
+    return DrawSizes(
+        inputs=8 * GB, inplace_inputs=0.0, promoted=[32 * GB], input_leaves=[8 * GB],
+        outputs=5 * GB, anchor_outputs=20 * GB, reference_peak=19 * GB, anchor_peak=43 * GB,
+        largest_output=10**9,
+    )
+
+
+def test_the_anchor_goes_to_the_host_only_when_the_card_cannot_hold_it() -> None:
+    sizes = _sizes()
+    big = placed_plan(sizes, 200 * GB, flops=8.6e13)
+    assert big.anchor == "device" and big.host_bytes is None
+    assert big.judge_bytes == anchor_run(sizes) == 75 * GB
+    small = placed_plan(sizes, 80 * GB, flops=8.6e13)
+    assert small.anchor == "host" and small.fits(80 * GB)
+    assert small.judge_bytes == 27 * GB  # the reference run: inputs and its peak
+    assert small.total_bytes == 27 * GB + 27 * GB + 2 * CONTEXT_BYTES
+    assert small.host_bytes == host_anchor_bytes(sizes) == 8 * GB + 10 * GB + 75 * GB
+    assert small.anchor_s == pytest.approx(8.6e13 / (51e9 * 16))
+    assert placed_plan(sizes, None).anchor == "device"  # no card size: nothing moves
+    tiny = placed_plan(sizes, 40 * GB)  # fits neither way: the smaller plan, unfit
+    assert tiny.anchor == "host" and not tiny.fits(40 * GB, HEADROOM_BYTES)
+
+
+def test_the_allowance_covers_every_anchor_check_of_the_job() -> None:
+    host = placed_plan(_sizes(), 80 * GB, flops=8.6e13)
+    job = {"seeds": {"correctness": [1, 2, 3, 4, 5]}, "recheck": [0, 4, 9]}
+    assert host_anchor_allowance(host, job) == 9 * 4 * host.anchor_s  # type: ignore[operator]
+    assert host_anchor_allowance(placed_plan(_sizes(), 200 * GB), job) == 0.0
+
+
+@pytest.mark.parametrize("candidate", ["reference", "dropped_term"])
+def test_the_host_anchor_gives_the_device_anchors_figures(candidate: str) -> None:
+    problem = get("p28")
+    inputs = problem.make_inputs(2, "cpu", "smoke")
+    u = getattr(problem, candidate)(*inputs)
+    device = check_anchor(problem.reference, u, stand_ins(u), inputs, "cpu")
+    threads = torch.get_num_threads()
+    host = check_anchor(problem.reference, u, stand_ins(u), inputs, "cpu", anchor_device="cpu")
+    assert torch.get_num_threads() == threads  # the host anchor's threads given back
+    assert device[:2] == host[:2] and device[0] is (candidate == "reference")
+    assert [c.as_dict() for c in device[2]] == [c.as_dict() for c in host[2]]
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, Any]] = []
+
+    def send(self, kind: str, data: Any) -> None:
+        self.messages.append((kind, data))
+
+
+@pytest.mark.parametrize("anchor", [None, "host"])
+def test_the_judge_takes_a_host_anchors_time_off_the_submissions_limit(
+    anchor: str | None,
+) -> None:
+    problem = get("p28")
+    job: dict[str, Any] = {"device": "cpu", "anchor": anchor}
+    sent = _Sent()
+    evaluation = Evaluation(job, problem, sent, cuda=False, scale="smoke")
+    evaluation.deadline = deadline = time.monotonic() + 100.0
+    checks = OutputChecks(evaluation, fetch=lambda: ())
+    inputs = problem.make_inputs(3, "cpu", "smoke")
+    assert checks.check_anchor(Draw(problem.reference(*inputs), inputs), "correctness", 0)
+    spent = [data for kind, data in sent.messages if kind == "judge_time"]
+    if anchor is None:
+        assert spent == [] and evaluation.deadline == deadline
+    else:
+        assert len(spent) == 1 and spent[0] > 0
+        assert evaluation.deadline == pytest.approx(deadline + spent[0], abs=1e-3)
+
+
+def test_the_supervisor_moves_its_deadline_by_the_judges_time_within_the_allowance() -> None:
+    watch = _ChildWatch(1, -1, "n", Limits(judge_extra_s=10.0), poll_exit=lambda: None)
+
+    def line(kind: str, data: Any, nonce: str = "n") -> bytes:
+        return json.dumps({"nonce": nonce, "kind": kind, "data": data}).encode()
+
+    start = watch.deadline
+    watch.handle(line("judge_time", 4.0))
+    assert watch.deadline == start + 4.0
+    watch.handle(line("judge_time", 4.0, nonce="forged"))  # not the judge's
+    watch.handle(line("judge_time", "soon"))
+    watch.handle(line("judge_time", -3.0))
+    assert watch.deadline == start + 4.0
+    watch.handle(line("judge_time", 9.0))  # 6 s of the allowance were left
+    assert watch.deadline == start + 10.0 and math.isclose(watch.extended, 10.0)
+    none = _ChildWatch(1, -1, "n", Limits(), poll_exit=lambda: None)
+    before = none.deadline
+    none.handle(line("judge_time", 5.0))
+    assert none.deadline == before  # no host anchor planned: no allowance
