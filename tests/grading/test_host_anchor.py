@@ -9,16 +9,26 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from engine.grading.backends.card_memory import host_anchor_allowance
+from engine.grading.api import GradeRequest
+from engine.grading.backends.card_memory import (
+    LEDGER_DIR_ENV,
+    MemoryUnfit,
+    host_anchor_allowance,
+    host_ledger,
+    host_memory,
+)
+from engine.grading.backends.local import LocalBackend
 from engine.grading.judge.anchor import check_anchor, stand_ins
 from engine.grading.judge.output_checks import Draw, OutputChecks
 from engine.grading.judge.state import Evaluation
-from engine.grading.parent.supervise import Limits, _ChildWatch
+from engine.grading.parent.supervise import ChildOutcome, Limits, _ChildWatch
 from problems.memory_model import (
     CONTEXT_BYTES,
     HEADROOM_BYTES,
@@ -124,3 +134,45 @@ def test_the_supervisor_moves_its_deadline_by_the_judges_time_within_the_allowan
     before = none.deadline
     none.handle(line("judge_time", 5.0))
     assert none.deadline == before  # no host anchor planned: no allowance
+
+
+async def test_a_host_anchor_reserves_host_memory_and_is_refused_beyond_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(LEDGER_DIR_ENV, str(tmp_path))
+    ledger = host_ledger()
+    assert ledger is not None and ledger.capacity > 1 * GB
+    host = placed_plan(_sizes(), 80 * GB, flops=1e12)
+    small = replace(host, host_bytes=1 * GB)
+    async with host_memory(small):
+        assert ledger.reserved() == 1 * GB
+    async with host_memory(placed_plan(_sizes(), 200 * GB)):  # anchor on the device
+        assert ledger.reserved() == 0
+    assert ledger.reserved() == 0
+    with pytest.raises(MemoryUnfit, match="host memory"):
+        async with host_memory(replace(host, host_bytes=ledger.capacity)):
+            pass
+
+
+async def test_the_backend_sends_a_host_anchor_job_with_its_allowance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = LocalBackend(gpus=None, preview_slots=1, preload_dsls=False, warm=False)
+    slot = backend.slots[0]
+    sent: list[tuple[dict[str, Any], Limits]] = []
+
+    async def run(job: dict[str, Any], limits: Limits, workdir: str) -> ChildOutcome:
+        sent.append((job, limits))
+        return ChildOutcome(result={"verdict": "pass"})
+
+    monkeypatch.setattr(slot, "run", run)
+    request = GradeRequest("p34", "cute", "")
+    host = placed_plan(_sizes(), 80 * GB, flops=8.6e13)
+    await backend._run_on(slot, request, "cuda", host)
+    await backend._run_on(slot, request, "cuda", placed_plan(_sizes(), 200 * GB))
+    await backend._run_on(slot, request, "cpu", host)  # a preview: its host is its device
+    (job, limits), (device_job, device_limits), (cpu_job, _) = sent
+    assert job["anchor"] == "host" and limits.judge_extra_s == host_anchor_allowance(host, job)
+    assert limits.judge_extra_s > 0 and limits.timeout_s == device_limits.timeout_s
+    assert "anchor" not in device_job and device_limits.judge_extra_s == 0
+    assert "anchor" not in cpu_job

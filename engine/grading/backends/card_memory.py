@@ -107,6 +107,39 @@ def planned(problem_id: str, scale: str, capacity: float | None = None) -> Memor
     return memory_plan(get(problem_id), scale, capacity)
 
 
+HOST_HEADROOM_BYTES = 8e9  # kept free on the host beside the host anchors' plans
+
+
+def host_ledger(directory: Path | None = None) -> CardLedger | None:
+    """The reservations of this host's memory for float64 anchors run on it (one file, like a
+    card's), sized from ``/proc/meminfo``; None where that cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            total = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return CardLedger("host", float(total), directory, headroom=HOST_HEADROOM_BYTES)
+
+
+@contextlib.asynccontextmanager
+async def host_memory(plan: MemoryPlan | None) -> AsyncIterator[None]:
+    """Hold a host anchor's memory on this host for the block (:func:`host_ledger`); nothing
+    for a plan with its anchor on the device. Refused (:class:`MemoryUnfit`) when the host
+    cannot hold it even alone."""
+    ledger = None if plan is None or plan.anchor != "host" else host_ledger()
+    if ledger is None or plan is None or plan.host_bytes is None:
+        yield
+        return
+    if not fits_alone(plan.host_bytes, ledger.capacity, ledger.headroom):
+        raise MemoryUnfit(
+            f"{MEMORY_UNFIT}: the float64 anchor on the host plans {plan.host_bytes / 1e9:.1f} "
+            f"GB of host memory; the host has {ledger.capacity / 1e9:.1f} GB with "
+            f"{ledger.headroom / 1e9:g} GB kept free (mkb problems memory)"
+        )
+    async with ledger.admit(plan.host_bytes):
+        yield
+
+
 def planned_bytes(problem_id: str, scale: str, capacity: float | None = None) -> float | None:
     """The grading's planned peak on one card (None: the plan is unknown)."""
     return planned(problem_id, scale, capacity).total_bytes

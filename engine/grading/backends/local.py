@@ -29,6 +29,7 @@ from engine.grading.backends.card_memory import (
     card_capacity,
     fits_alone,
     host_anchor_allowance,
+    host_memory,
     planned,
     unfit_message,
 )
@@ -356,8 +357,9 @@ class LocalBackend:
                 if slot.ledger is not None and placed is not None and device == slot.device
                 else contextlib.nullcontext()
             )
-            async with admitted:
-                return await self._run_on(slot, request, device, placed and placed[0])
+            plan = placed[0] if placed is not None else None
+            async with admitted, host_memory(plan if device == "cuda" else None):
+                return await self._run_on(slot, request, device, plan)
         except MemoryUnfit as exc:  # this slot's card is smaller than another's
             return Feedback.decided(request, exc)
         finally:
