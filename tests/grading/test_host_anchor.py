@@ -7,7 +7,6 @@ submission's limit on, and the supervisor's deadline following within its allowa
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from engine.grading.admission import INFRA_JUDGE_CRASH
 from engine.grading.api import GradeRequest
 from engine.grading.backends.card_memory import (
     LEDGER_DIR_ENV,
@@ -28,7 +28,8 @@ from engine.grading.backends.local import LocalBackend
 from engine.grading.judge.anchor import check_anchor, stand_ins
 from engine.grading.judge.output_checks import Draw, OutputChecks
 from engine.grading.judge.state import Evaluation
-from engine.grading.parent.supervise import ChildOutcome, Limits, _ChildWatch
+from engine.grading.parent.evaluate import feedback_from
+from engine.grading.parent.supervise import HOST_ANCHOR, ChildOutcome, Limits, _ChildWatch
 from problems.memory_model import (
     CONTEXT_BYTES,
     HEADROOM_BYTES,
@@ -107,33 +108,50 @@ def test_the_judge_takes_a_host_anchors_time_off_the_submissions_limit(
     checks = OutputChecks(evaluation, fetch=lambda: ())
     inputs = problem.make_inputs(3, "cpu", "smoke")
     assert checks.check_anchor(Draw(problem.reference(*inputs), inputs), "correctness", 0)
-    spent = [data for kind, data in sent.messages if kind == "judge_time"]
     if anchor is None:
-        assert spent == [] and evaluation.deadline == deadline
+        assert sent.messages == [] and evaluation.deadline == deadline
     else:
-        assert len(spent) == 1 and spent[0] > 0
-        assert evaluation.deadline == pytest.approx(deadline + spent[0], abs=1e-3)
+        (phase, start), (kind, spent) = sent.messages
+        assert (phase, start, kind) == ("phase", HOST_ANCHOR, "judge_time") and spent > 0
+        assert evaluation.deadline == pytest.approx(deadline + spent, abs=1e-3)
 
 
-def test_the_supervisor_moves_its_deadline_by_the_judges_time_within_the_allowance() -> None:
+def _line(kind: str, data: Any, nonce: str = "n") -> bytes:
+    return json.dumps({"nonce": nonce, "kind": kind, "data": data}).encode()
+
+
+def test_the_supervisor_stops_the_submissions_clock_while_the_host_anchor_runs() -> None:
     watch = _ChildWatch(1, -1, "n", Limits(judge_extra_s=10.0), poll_exit=lambda: None)
+    watch.handle(_line("phase", "import"))
+    left = watch.deadline - time.monotonic()  # the submission's 600 s
+    watch.handle(_line("phase", HOST_ANCHOR, nonce="forged"))  # not the judge's: ignored
+    assert watch.paused is None
+    watch.handle(_line("phase", HOST_ANCHOR))
+    assert watch.deadline - time.monotonic() == pytest.approx(10.0, abs=0.5)  # the allowance
+    time.sleep(0.2)
+    watch.handle(_line("judge_time", 0.2))
+    assert watch.deadline - time.monotonic() == pytest.approx(left, abs=0.1)  # none spent
+    assert 0.2 <= watch.extended < 1.0
+    watch.handle(_line("phase", HOST_ANCHOR))
+    assert watch.deadline - time.monotonic() == pytest.approx(10.0 - watch.extended, abs=0.5)
+    watch.handle(_line("judge_time", 0.0))
+    watch.handle(_line("judge_time", 5.0))  # no anchor running: nothing moves
+    assert watch.deadline - time.monotonic() == pytest.approx(left, abs=0.1)
 
-    def line(kind: str, data: Any, nonce: str = "n") -> bytes:
-        return json.dumps({"nonce": nonce, "kind": kind, "data": data}).encode()
 
-    start = watch.deadline
-    watch.handle(line("judge_time", 4.0))
-    assert watch.deadline == start + 4.0
-    watch.handle(line("judge_time", 4.0, nonce="forged"))  # not the judge's
-    watch.handle(line("judge_time", "soon"))
-    watch.handle(line("judge_time", -3.0))
-    assert watch.deadline == start + 4.0
-    watch.handle(line("judge_time", 9.0))  # 6 s of the allowance were left
-    assert watch.deadline == start + 10.0 and math.isclose(watch.extended, 10.0)
-    none = _ChildWatch(1, -1, "n", Limits(), poll_exit=lambda: None)
-    before = none.deadline
-    none.handle(line("judge_time", 5.0))
-    assert none.deadline == before  # no host anchor planned: no allowance
+def test_a_grading_killed_in_its_host_anchor_is_the_graders_error() -> None:
+    over = feedback_from(
+        GradeRequest("p34", "cute", ""),
+        ChildOutcome(phases=["import", "correctness", HOST_ANCHOR], timed_out=True),
+        "cuda",
+    )
+    assert (over.verdict, over.reason) == ("error", INFRA_JUDGE_CRASH)
+    timeout = feedback_from(
+        GradeRequest("p34", "cute", ""),
+        ChildOutcome(phases=["import", "correctness"], timed_out=True),
+        "cuda",
+    )
+    assert (timeout.verdict, timeout.reason) == ("fail", "timeout")
 
 
 async def test_a_host_anchor_reserves_host_memory_and_is_refused_beyond_it(

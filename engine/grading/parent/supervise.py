@@ -30,6 +30,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 MAX_CHANNEL_BYTES = 32 * 1024 * 1024
 
 
+HOST_ANCHOR = "host_anchor"  # the judge's phase while its float64 anchor runs on the host
+
+
 @dataclass
 class Limits:
     """Wall-clock and memory limits for one evaluation."""
@@ -38,8 +41,8 @@ class Limits:
     eager_timeout_s: float = 600.0  # the eager reference phase, outside the limit above
     memory_limit_mb: int | None = None  # resident memory of the child; None = no watchdog
     grace_s: float = 10.0  # after the result arrives, time left to exit
-    # the judge's own work that may move the limits above on (a float64 anchor on the host:
-    # the judge reports each one's seconds, ``judge_time``), at most this much in all
+    # the judge's own work outside the limits above, at most this much in all: a float64
+    # anchor on the host (phase ``host_anchor`` until the judge's ``judge_time`` message)
     judge_extra_s: float = 0.0
 
 
@@ -108,7 +111,8 @@ class _ChildWatch:
         self.outcome = ChildOutcome(pid=pid)
         self.start = time.monotonic()
         self.deadline = self.start + limits.eager_timeout_s
-        self.extended = 0.0  # seconds the judge's own work moved the deadline on
+        self.extended = 0.0  # seconds of the judge's own work so far (host anchors)
+        self.paused: tuple[float, float] | None = None  # (since, submission's time left)
         self.buffer = b""
         self.received = 0
         self.next_rss = 0.0
@@ -136,23 +140,32 @@ class _ChildWatch:
                 self.deadline = time.monotonic() + limits.eager_timeout_s
             elif message.get("data") == "import":  # the submission's own time starts
                 self.deadline = time.monotonic() + limits.timeout_s
+            elif message.get("data") == HOST_ANCHOR:
+                self.pause()
         elif message.get("kind") == "judge_time":
-            self.extend(message.get("data"))
+            self.resume()
         elif message.get("kind") == "result" and outcome.result is None:
             outcome.result = message.get("data") if isinstance(message.get("data"), dict) else {}
             self.deadline = min(self.deadline, time.monotonic() + limits.grace_s)
 
-    def extend(self, seconds: Any) -> None:
-        """Move the deadline on by the judge's own ``seconds`` (within what is left of
-        :attr:`Limits.judge_extra_s`)."""
-        try:
-            spent = max(0.0, float(seconds))
-        except (TypeError, ValueError):
+    def pause(self) -> None:
+        """The judge's own work begins (a float64 anchor on the host): the submission's clock
+        stops, and the judge gets what is left of :attr:`Limits.judge_extra_s`."""
+        if self.paused is not None:
             return
-        extra = min(spent, self.limits.judge_extra_s - self.extended)
-        if extra > 0:
-            self.extended += extra
-            self.deadline += extra
+        now = time.monotonic()
+        self.paused = (now, max(0.0, self.deadline - now))
+        self.deadline = now + max(0.0, self.limits.judge_extra_s - self.extended)
+
+    def resume(self) -> None:
+        """The judge's own work is done: the submission's clock goes on where it stopped."""
+        if self.paused is None:
+            return
+        now = time.monotonic()
+        since, left = self.paused
+        self.extended += now - since
+        self.deadline = now + left
+        self.paused = None
 
     def read_channel(self) -> None:
         """Wait briefly for the result channel and handle the complete lines that arrived."""
