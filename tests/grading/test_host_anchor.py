@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.grading.admission import INFRA_JUDGE_CRASH
+from engine.grading.admission import INFRA_JUDGE_CRASH, INFRA_OOM
 from engine.grading.api import GradeRequest
 from engine.grading.backends.card_memory import (
     LEDGER_DIR_ENV,
@@ -126,11 +126,13 @@ def test_the_supervisor_stops_the_submissions_clock_while_the_host_anchor_runs()
     left = watch.deadline - time.monotonic()  # the submission's 600 s
     watch.handle(_line("phase", HOST_ANCHOR, nonce="forged"))  # not the judge's: ignored
     assert watch.paused is None
+    watch.handle(_line("phase", "correctness"))
     watch.handle(_line("phase", HOST_ANCHOR))
     assert watch.deadline - time.monotonic() == pytest.approx(10.0, abs=0.5)  # the allowance
     time.sleep(0.2)
     watch.handle(_line("judge_time", 0.2))
     assert watch.deadline - time.monotonic() == pytest.approx(left, abs=0.1)  # none spent
+    assert watch.outcome.last_phase == "correctness"  # a later kill is the submission's
     assert 0.2 <= watch.extended < 1.0
     watch.handle(_line("phase", HOST_ANCHOR))
     assert watch.deadline - time.monotonic() == pytest.approx(10.0 - watch.extended, abs=0.5)
@@ -148,10 +150,16 @@ def test_a_grading_killed_in_its_host_anchor_is_the_graders_error() -> None:
     assert (over.verdict, over.reason) == ("error", INFRA_JUDGE_CRASH)
     timeout = feedback_from(
         GradeRequest("p34", "cute", ""),
-        ChildOutcome(phases=["import", "correctness"], timed_out=True),
+        ChildOutcome(phases=["import", "correctness", HOST_ANCHOR, "correctness"], timed_out=True),
         "cuda",
     )
     assert (timeout.verdict, timeout.reason) == ("fail", "timeout")
+    memory = feedback_from(
+        GradeRequest("p34", "cute", ""),
+        ChildOutcome(phases=["import", "correctness", HOST_ANCHOR], memory_killed=True),
+        "cuda",
+    )
+    assert (memory.verdict, memory.reason) == ("error", INFRA_OOM)
 
 
 async def test_a_host_anchor_reserves_host_memory_and_is_refused_beyond_it(
@@ -193,4 +201,8 @@ async def test_the_backend_sends_a_host_anchor_job_with_its_allowance(
     assert job["anchor"] == "host" and limits.judge_extra_s == host_anchor_allowance(host, job)
     assert limits.judge_extra_s > 0 and limits.timeout_s == device_limits.timeout_s
     assert "anchor" not in device_job and device_limits.judge_extra_s == 0
+    assert device_limits.memory_limit_mb is not None and limits.memory_limit_mb is not None
+    grown = limits.memory_limit_mb - device_limits.memory_limit_mb  # the judge's watchdog
+    assert grown * 2**20 >= host.host_bytes > (grown - 1) * 2**20  # type: ignore[operator]
+    assert job["rss_limit_mb"] == device_job["rss_limit_mb"]  # the runner's is unchanged
     assert "anchor" not in cpu_job

@@ -26,15 +26,18 @@ import contextlib
 import fcntl
 import functools
 import json
+import math
 import os
 import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.grading.admission import INFRA_MEMORY_UNFIT
+from engine.grading.parent.supervise import Limits
 from engine.grading.verdict import InfrastructureError
 from problems.memory_model import MemoryPlan
 
@@ -153,6 +156,18 @@ def host_anchor_allowance(plan: MemoryPlan, job: dict[str, Any]) -> float:
         return 0.0
     checks = len(job["seeds"]["correctness"]) + len(job.get("recheck", [])) + 1
     return checks * max(60.0, 4 * (plan.anchor_s or 0.0))
+
+
+def host_anchor_limits(limits: Limits, plan: MemoryPlan, job: dict[str, Any]) -> Limits:
+    """The limits of a job whose anchor runs on the host: the judge's own time
+    (:func:`host_anchor_allowance`) and its resident memory raised by the host anchor's plan
+    (the watchdog reads the judge's; the runner's own limit, in the job, is unchanged)."""
+    memory = limits.memory_limit_mb
+    if memory is not None and plan.host_bytes is not None:
+        memory += math.ceil(plan.host_bytes / 2**20)
+    return replace(
+        limits, judge_extra_s=host_anchor_allowance(plan, job), memory_limit_mb=memory
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -19,7 +19,7 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest
@@ -28,7 +28,7 @@ from engine.grading.backends.card_memory import (
     MemoryUnfit,
     card_capacity,
     fits_alone,
-    host_anchor_allowance,
+    host_anchor_limits,
     host_memory,
     planned,
     unfit_message,
@@ -387,7 +387,7 @@ class LocalBackend:
                 job = make_job(request, device, self.config, workdir)
                 if plan is not None and plan.anchor == "host" and device == "cuda":
                     job["anchor"] = "host"  # the plan fits this card only so (card_memory)
-                    limits = replace(limits, judge_extra_s=host_anchor_allowance(plan, job))
+                    limits = host_anchor_limits(limits, plan, job)
                 outcome = await slot.run(job, limits, workdir)
                 feedback = feedback_from(request, outcome, device)
                 feedback.host = f"{socket.gethostname()}:{slot.label}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from random import SystemRandom
 from typing import Any
 
-from engine.grading.admission import INFRA_JUDGE_CRASH
+from engine.grading.admission import INFRA_JUDGE_CRASH, INFRA_OOM
 from engine.grading.api import Feedback, Finding, GradeRequest
 from engine.grading.options import GPU_COUNTS, PREVIEW_COUNTS, EvalConfig, job_options
 from engine.grading.parent.supervise import HOST_ANCHOR, ChildOutcome, run_subprocess
@@ -199,6 +199,10 @@ def missing_result(outcome: ChildOutcome) -> OverLimit | Crashed | Infrastructur
     """What a grading child that gave no result is evidence of: a limit that stopped it, or a
     crash (the submission's when its code had run by then, else ours)."""
     phase = outcome.last_phase or "start"
+    if outcome.memory_killed and phase == HOST_ANCHOR:  # the judge's own memory
+        return InfrastructureError(
+            "the judge's float64 anchor on the host passed its memory limit", reason=INFRA_OOM
+        )
     if outcome.memory_killed:
         return OverLimit("memory", phase)
     if outcome.timed_out and phase == HOST_ANCHOR:

@@ -113,6 +113,7 @@ class _ChildWatch:
         self.deadline = self.start + limits.eager_timeout_s
         self.extended = 0.0  # seconds of the judge's own work so far (host anchors)
         self.paused: tuple[float, float] | None = None  # (since, submission's time left)
+        self.resumed_phase: str | None = None  # the phase before the host anchor
         self.buffer = b""
         self.received = 0
         self.next_rss = 0.0
@@ -156,6 +157,8 @@ class _ChildWatch:
         now = time.monotonic()
         self.paused = (now, max(0.0, self.deadline - now))
         self.deadline = now + max(0.0, self.limits.judge_extra_s - self.extended)
+        phases = self.outcome.phases
+        self.resumed_phase = phases[-2] if len(phases) > 1 else None
 
     def resume(self) -> None:
         """The judge's own work is done: the submission's clock goes on where it stopped."""
@@ -166,6 +169,8 @@ class _ChildWatch:
         self.extended += now - since
         self.deadline = now + left
         self.paused = None
+        if self.resumed_phase is not None:  # the phase the judge went on with
+            self.outcome.phases.append(self.resumed_phase)
 
     def read_channel(self) -> None:
         """Wait briefly for the result channel and handle the complete lines that arrived."""
