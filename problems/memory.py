@@ -6,15 +6,18 @@ operator creates and frees them when the last tensor on that storage is gone. A 
 larger than :data:`REAL_LIMIT_BYTES` is created on the meta device (shape, dtype and strides,
 no data) and everything computed from it stays there; smaller ones are computed for real, so
 a generator or reference that needs values (routing indices, page tables, ragged lengths)
-traces as long as those values live in small tensors. The sizes of one draw
-(:class:`DrawSizes`) then give, phase by phase, what each process of a grading holds on the
-card (:func:`judge_peak`, :func:`runner_peak`, :func:`plan_from_sizes`; the model is
-described in ``docs/grading.md``, "GPU memory of a grading").
+traces as long as those values live in small tensors. A generator's scalar of a large tensor
+is answered by the value that accepts its draw (:func:`_assumed_scalar`), a real boolean mask
+indexes by the indices it selects, and a reference's mask of a large tensor is sized as if
+every element were selected (an upper bound). The sizes of one draw (:class:`DrawSizes`) then
+give, phase by phase, what each process of a grading holds on the card
+(:mod:`problems.memory_model`; described in ``docs/grading.md``, "GPU memory of a grading");
+:func:`memory_plan` reads them from the stored plans (:mod:`problems.memory_store`) first.
 
-A reference that needs the values of a large tensor cannot be traced, and one that takes
-over :data:`TRACE_BUDGET_S` (a long loop of small steps) is not traced to the end: then the
-figure is the peak measured on a GPU (``problems/measured.json``) when there is one, else
-unknown.
+A reference that needs a scalar of a large tensor cannot be traced, and one that takes over
+its budget (:data:`TRACE_BUDGET_S` during a grading; ``--write-plans`` allows more) is not
+traced to the end: then the figure is the peak measured on a GPU (``problems/measured.json``)
+when there is one, else unknown.
 """
 
 from __future__ import annotations
