@@ -24,7 +24,7 @@ class TargetRow:
     id: str
     slug: str
     need_gb: float | None
-    method: str  # traced | measured | unknown
+    method: str  # stored | traced | measured | unknown
     fits: bool | None
     sol_us: float | None
     bound: str
@@ -38,11 +38,13 @@ def target_row(problem: Problem, gpu: Target, scale: str) -> TargetRow:
     """The need, fit and SOL of one problem (an error in either is reported in ``note``)."""
     notes = []
     try:
-        need = memory_need(problem, scale)
+        need = memory_need(problem, scale, gpu.memory_bytes)
         need_gb = None if need.total_bytes is None else need.total_bytes / 1e9
         method, fits = need.method, need.fits(gpu.memory_bytes)
         if need.note:
             notes.append(need.note)
+        if need.anchor == "host":
+            notes.append("float64 anchor on the host (mkb problems memory)")
     except Exception as exc:  # noqa: BLE001 - one broken problem must not stop the rest
         need_gb, method, fits = None, "unknown", None
         notes.append(f"memory: {type(exc).__name__}: {exc}"[:200])

@@ -6,22 +6,26 @@ operator creates and frees them when the last tensor on that storage is gone. A 
 larger than :data:`REAL_LIMIT_BYTES` is created on the meta device (shape, dtype and strides,
 no data) and everything computed from it stays there; smaller ones are computed for real, so
 a generator or reference that needs values (routing indices, page tables, ragged lengths)
-traces as long as those values live in small tensors. The sizes of one draw
-(:class:`DrawSizes`) then give, phase by phase, what each process of a grading holds on the
-card (:func:`judge_peak`, :func:`runner_peak`, :func:`plan_from_sizes`; the model is
-described in ``docs/grading.md``, "GPU memory of a grading").
+traces as long as those values live in small tensors. A generator's scalar of a large tensor
+is answered by the value that accepts its draw (:func:`_assumed_scalar`), a real boolean mask
+indexes by the indices it selects, and a reference's mask of a large tensor is sized as if
+every element were selected (an upper bound). The sizes of one draw (:class:`DrawSizes`) then
+give, phase by phase, what each process of a grading holds on the card
+(:mod:`problems.memory_model`; described in ``docs/grading.md``, "GPU memory of a grading");
+:func:`memory_plan` reads them from the stored plans (:mod:`problems.memory_store`) first.
 
-A reference that needs the values of a large tensor cannot be traced, and one that takes
-over :data:`TRACE_BUDGET_S` (a long loop of small steps) is not traced to the end: then the
-figure is the peak measured on a GPU (``problems/measured.json``) when there is one, else
-unknown.
+A reference that needs a scalar of a large tensor cannot be traced, and one that takes over
+its budget (:data:`TRACE_BUDGET_S` during a grading; ``--write-plans`` allows more) is not
+traced to the end: then the figure is the peak measured on a GPU (``problems/measured.json``)
+when there is one, else unknown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -29,13 +33,23 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from problems.compare import ANCHOR_DTYPES, is_discrete, leaves, promote, reference_numerics
+from problems.memory_model import (  # noqa: F401 - the model's names, as callers import them
+    COMPARE_CHUNK_ELEMENTS,
+    COMPARE_WORKSPACE_BYTES,
+    CONTEXT_BYTES,
+    HEADROOM_BYTES,
+    DrawSizes,
+    MemoryPlan,
+    compare_workspace,
+    judge_peak,
+    measured_plan,
+    placed_plan,
+    plan_from_sizes,
+    promotion_peak,
+    runner_peak,
+)
 from problems.spec import Problem
 
-CONTEXT_BYTES = 600e6  # one process's CUDA context with torch's kernels loaded
-HEADROOM_BYTES = 2e9  # kept free on the card beyond the plan (allocator fragmentation)
-COMPARE_CHUNK_ELEMENTS = 1 << 22  # the judge compares outputs on the device this many at a time
-# the judge's device workspace of one chunk: u, v, z in float64 and their masks and differences
-COMPARE_WORKSPACE_BYTES = 12 * 8 * COMPARE_CHUNK_ELEMENTS
 REAL_LIMIT_BYTES = 1 << 26  # tensors larger than this are traced on the meta device
 TRACE_BUDGET_S = 60.0  # a reference that runs longer while traced is not traced further
 
@@ -60,13 +74,36 @@ def _bytes(values: Any) -> float:
     return sum(_storage_bytes(values))
 
 
+_SCALAR = torch.ops.aten._local_scalar_dense.default
+_INDEXING = (
+    torch.ops.aten.index.Tensor,
+    torch.ops.aten.index_put.default,
+    torch.ops.aten.index_put_.default,
+)
+
+
+def _assumed_scalar(dtype: torch.dtype) -> bool | int | float:
+    """The value a data-dependent scalar of a meta tensor is assumed to have: the answer that
+    lets a generator's check accept its draw (no tie left, nothing to redraw, a margin met):
+    ``False`` for a boolean, 0 for an integer, +inf for a float."""
+    if dtype == torch.bool:
+        return False
+    if dtype.is_floating_point:
+        return float("inf")
+    return 0
+
+
 class _Tracer(TorchDispatchMode):
     """Counts bytes of storages created by operators, live and peak (a storage is freed when
     the last tensor object on it is collected). Large results go to the meta device, and an
     operator with a meta argument runs on meta (its other tensor arguments as meta too)."""
 
-    def __init__(self, budget_s: float | None = None, held: Any = ()) -> None:
-        """``held``: tensors that exist already (views of them are not new memory)."""
+    def __init__(
+        self, budget_s: float | None = None, held: Any = (), assume: bool = False
+    ) -> None:
+        """``held``: tensors that exist already (views of them are not new memory);
+        ``assume``: answer a meta tensor's scalar by :func:`_assumed_scalar` (a generator's
+        accept-or-redraw checks; a reference's data-dependent shapes still raise)."""
         super().__init__()
         self.live = 0
         self.peak = 0
@@ -75,12 +112,20 @@ class _Tracer(TorchDispatchMode):
             t.untyped_storage()._cdata for t in leaves([held]) if isinstance(t, torch.Tensor)
         }
         self.deadline = None if budget_s is None else time.monotonic() + budget_s
+        self.budget_s = budget_s
+        self.assume = assume
+        self.assumed = 0  # data-dependent scalars of meta tensors answered by assumption
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise TraceBudgetExceeded(f"tracing took over {TRACE_BUDGET_S:.0f} s")
+            raise TraceBudgetExceeded(f"tracing took over {self.budget_s:.0f} s")
         kwargs = kwargs or {}
+        if func in _INDEXING and len(args) > 1:
+            args = (args[0], [j for i in args[1] for j in self._index(i)], *args[2:])
         flat, spec = tree_flatten((args, kwargs))
+        if func is _SCALAR and flat[0].is_meta and self.assume:
+            self.assumed += 1
+            return _assumed_scalar(flat[0].dtype)
         if any(isinstance(a, torch.Tensor) and a.is_meta for a in flat):
             out = _on_meta(func, flat, spec)
         else:
@@ -89,6 +134,19 @@ class _Tracer(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self._track(t)
         return out
+
+    def _index(self, index: Any) -> list[Any]:
+        """One boolean mask of an indexing operator as the integer indices it selects: found
+        from its values when it is real (exact), none at all when it is a meta tensor of a
+        generator (nothing left to redraw); else left as it is (on meta: every element)."""
+        if not isinstance(index, torch.Tensor) or index.dtype not in (torch.bool, torch.uint8):
+            return [index]
+        if not index.is_meta:
+            return list(index.nonzero().unbind(1))
+        if self.assume:
+            self.assumed += 1
+            return [torch.empty(0, dtype=torch.long, device="meta")] * index.dim()
+        return [index]
 
     @staticmethod
     def _sized(func: Any, flat: list[Any], spec: Any, args: Any, kwargs: Any) -> Any:
@@ -143,27 +201,12 @@ def _on_meta(func: Any, flat: list[Any], spec: Any) -> Any:
     return func(*args, **kwargs)
 
 
-@dataclass(frozen=True)
-class DrawSizes:
-    """What one draw's tensors weigh, in bytes (one reference run each way)."""
-
-    inputs: float  # the inputs at their own dtypes
-    inplace_inputs: float  # the inputs a declared in-place output updates
-    promoted: list[float]  # per input leaf: its float64 copy (others: a plain copy)
-    input_leaves: list[float]  # per input leaf at its own dtype
-    outputs: float  # the reference's outputs at the original dtypes (the submission's too)
-    anchor_outputs: float  # the anchor's outputs (float64)
-    reference_peak: float  # one reference run beyond its inputs, its outputs included
-    anchor_peak: float  # one anchor run beyond its promoted inputs, its outputs included
-    largest_output: int  # elements of the largest output compared in float64 (bounds a chunk)
-
-
 def draw_sizes(
     problem: Problem, scale: str = "full", budget_s: float = TRACE_BUDGET_S
 ) -> DrawSizes:
     """The sizes of one draw of ``problem`` at ``scale``, traced (raises when the generator or
     the reference needs the values of a large tensor, or runs past ``budget_s``)."""
-    with _Tracer(budget_s):
+    with _Tracer(budget_s, assume=True) as generator:
         inputs = problem.make_inputs(0, "cpu", scale)
     with _Tracer(budget_s, inputs):
         promoted = promote(inputs)
@@ -175,8 +218,9 @@ def draw_sizes(
     ]
     inplace = {problem.inputs.index(name) for name in problem.inplace.values()}
     inplace_bytes = sum(_bytes(inputs[j]) for j in inplace)
-    v_peak, v_out, out_leaves = _reference_peak(problem, inputs, budget_s)
-    z_peak, z_out, _ = _reference_peak(problem, promoted, budget_s)
+    with _nonzero_bound():
+        v_peak, v_out, out_leaves = _reference_peak(problem, inputs, budget_s)
+        z_peak, z_out, _ = _reference_peak(problem, promoted, budget_s)
     largest = max(
         (
             t.numel()
@@ -186,8 +230,23 @@ def draw_sizes(
         default=0,
     )
     return DrawSizes(
-        sum(in_leaves), inplace_bytes, pr_leaves, in_leaves, v_out, z_out, v_peak, z_peak, largest
+        sum(in_leaves), inplace_bytes, pr_leaves, in_leaves, v_out, z_out, v_peak, z_peak,
+        largest, generator.assumed,
     )
+
+
+@contextlib.contextmanager
+def _nonzero_bound() -> Iterator[None]:
+    """``nonzero`` (and boolean indexing) of a meta tensor sized as if every element were
+    nonzero: an upper bound of the memory, where the data would give the exact count."""
+    from torch.fx.experimental import _config
+
+    saved = _config.meta_nonzero_assume_all_nonzero
+    _config.meta_nonzero_assume_all_nonzero = True
+    try:
+        yield
+    finally:
+        _config.meta_nonzero_assume_all_nonzero = saved
 
 
 def _reference_peak(
@@ -200,103 +259,44 @@ def _reference_peak(
     return float(counter.peak), _bytes(out), [_meta(t) for t in leaves([out])]
 
 
-# -- the plan: what each process holds on the card, phase by phase ----------------------------
-def promotion_peak(sizes: DrawSizes) -> float:
-    """The judge's float64 copies made leaf by leaf from the host: the copies so far, and the
-    current leaf at its own dtype on its way to float64."""
-    done, peak = 0.0, 0.0
-    for own, promoted in zip(sizes.input_leaves, sizes.promoted):
-        peak = max(peak, done + own + promoted)
-        done += promoted
-    return peak
+def anchor_flops(problem: Problem, scale: str) -> float:
+    """The FLOPs of one reference run at ``scale`` (every math type: the anchor runs them all
+    in float64), for the host anchor's time estimate."""
+    return float(sum(problem.cost(scale).flops.values()))
 
 
-def judge_peak(sizes: DrawSizes, device: str = "cuda") -> float:
-    """The judge's peak on ``device`` (its CUDA context aside).
-
-    On a GPU the judge holds a draw (its inputs and its copy of the outputs) only while it
-    checks the call; for the anchor the draw and each reference's outputs wait on the host and
-    each reference run gets a fresh device copy of the inputs; outputs are compared on the
-    device one chunk at a time. On the CPU, host and device are one memory: the draw and the
-    outputs held on the host count too.
-    """
-    draw = sizes.inputs + sizes.outputs
-    call = draw + sizes.inplace_inputs
-    eager = draw
-    v_run = sizes.inputs + sizes.reference_peak
-    z_run = max(promotion_peak(sizes), sum(sizes.promoted) + sizes.anchor_peak)
-    compare = compare_workspace(sizes)
-    if device == "cpu":
-        v_run += draw
-        z_run += draw + sizes.outputs
-        compare += draw + sizes.outputs + sizes.anchor_outputs
-    return max(call, eager, v_run, z_run, compare)
+def traced_plan(problem: Problem, scale: str = "full") -> tuple[DrawSizes | None, str]:
+    """(the sizes of one traced draw, "") or (None, why it could not be traced)."""
+    try:
+        return draw_sizes(problem, scale), ""
+    except Exception as exc:  # noqa: BLE001 - a reference that needs a large tensor's values
+        return None, traced_plan_error(exc)
 
 
-def compare_workspace(sizes: DrawSizes) -> float:
-    """The judge's workspace for one compared chunk (no larger than the largest output)."""
-    return COMPARE_WORKSPACE_BYTES * min(sizes.largest_output, COMPARE_CHUNK_ELEMENTS) / (
-        COMPARE_CHUNK_ELEMENTS
-    )
+def traced_plan_error(exc: Exception) -> str:
+    """Why a trace failed, as a plan's note says it."""
+    return str(exc) if isinstance(exc, TraceBudgetExceeded) else type(exc).__name__
 
 
-def runner_peak(sizes: DrawSizes) -> float:
-    """A runner's peak (the reference runner's, and the submission's as planned): its copy of
-    the inputs and one reference run (outputs and workspace; a submission's own workspace is
-    not known, the eager reference's stands for it)."""
-    return sizes.inputs + sizes.reference_peak
+def memory_plan(
+    problem: Problem, scale: str = "full", capacity: float | None = None
+) -> MemoryPlan:
+    """The plan on a card of ``capacity`` bytes (None: the anchor on the device): from the
+    stored plans when their entry matches the problem's files (:mod:`problems.memory_store`),
+    else traced from shapes, else the measured GPU peak, else unknown."""
+    from problems.memory_store import stored_entry
 
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """The card memory a grading of one problem plans for, and how it was found."""
-
-    total_bytes: float | None  # the grading's peak on one card, CUDA contexts included
-    judge_bytes: float | None = None
-    runner_bytes: float | None = None
-    sizes: DrawSizes | None = None
-    method: str = "traced"  # traced | measured (GPU peak, problems/measured.json) | unknown
-    note: str = ""
-
-    def fits(self, capacity_bytes: float, headroom: float = HEADROOM_BYTES) -> bool | None:
-        """Whether the plan fits a card of ``capacity_bytes`` with ``headroom`` kept free
-        (None: unknown)."""
-        if self.total_bytes is None:
-            return None
-        return self.total_bytes + headroom <= capacity_bytes
+    entry = stored_entry(problem.path, problem.id, scale)
+    if entry is not None:
+        sizes, why, method, flops = entry.sizes, entry.error, "stored", entry.flops
+    else:
+        (sizes, why), method = traced_plan(problem, scale), "traced"
+        flops = anchor_flops(problem, scale) if sizes is not None else None
+    if sizes is not None:
+        return placed_plan(sizes, capacity, flops, method=method)
+    return measured_plan(problem.id, scale, why)
 
 
 # the name the callers of the first planner used
 MemoryNeed = MemoryPlan
-
-
-def plan_from_sizes(sizes: DrawSizes) -> MemoryPlan:
-    """The grading's peak on one card: the eager phase (the judge shipping a draw, the
-    reference runner, three CUDA contexts with the submission's runner started ahead) or the
-    checks (the judge and the submission's runner, two contexts), whichever is larger."""
-    judge, runner = judge_peak(sizes, "cuda"), runner_peak(sizes)
-    eager = sizes.inputs + sizes.outputs + runner_peak(sizes) + 3 * CONTEXT_BYTES
-    checks = judge + runner + 2 * CONTEXT_BYTES
-    return MemoryPlan(max(eager, checks), judge, runner, sizes)
-
-
-def memory_plan(problem: Problem, scale: str = "full") -> MemoryPlan:
-    """The plan traced from shapes, else the measured GPU peak, else unknown."""
-    try:
-        return plan_from_sizes(draw_sizes(problem, scale))
-    except TraceBudgetExceeded as exc:
-        why = str(exc)
-    except Exception as exc:  # noqa: BLE001 - a reference that needs a large tensor's values
-        why = f"{type(exc).__name__}"
-    if scale == "full":
-        from problems.measured import measured
-
-        row = measured(problem.id)
-        if row and row.get("peak_gpu_gb") is not None:
-            peak = float(row["peak_gpu_gb"]) * 1e9
-            note = f"not traceable ({why}): peak measured on the {row['device']}"
-            return MemoryPlan(peak + 2 * CONTEXT_BYTES, method="measured", note=note)
-    return MemoryPlan(None, method="unknown", note=f"not traceable ({why}), never measured")
-
-
 memory_need = memory_plan

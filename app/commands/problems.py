@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p_memory.add_argument("--scale", choices=("full", "smoke"), default="full")
     p_memory.add_argument("--json", action="store_true", help="print JSON")
+    p_memory.add_argument(
+        "--write-plans",
+        action="store_true",
+        help="trace the problems at both scales and store their plans "
+        "(problems/memory_plans.json, read by admission instead of tracing)",
+    )
     p_memory.set_defaults(func=memory_handler)
 
     p_compare = sub.add_parser(
@@ -202,6 +208,12 @@ def memory_handler(args: argparse.Namespace) -> int:
         raise UsageError("--gpu-memory must be a positive number of GB")
     selection = _selection(args.ids)
     _warn_broken(selection)
+    if args.write_plans:
+        from problems.memory_store import STORE_PATH
+        from problems.memory_table import write_plans
+
+        size = write_plans(selection.problems, progress=lambda line: print(line, flush=True))
+        print(f"{STORE_PATH}: {size} stored plans")
     progress = None if args.json else (lambda row: print(format_row(row), flush=True))
     rows = memory_rows(selection.problems, args.gpu_memory, args.scale, progress)
     if args.json:

@@ -82,14 +82,19 @@ def test_cli_lists_the_plans_and_flags_what_does_not_fit(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = ["problems", "memory", "p28", "p34", "--json", "--gpu-memory"]
-    assert mkb([*args, "80"]) == 1
+    assert mkb([*args, "50"]) == 1
     rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["p34"]["fits"] is False and rows["p34"]["total_gb"] > 80
-    assert rows["p28"]["fits"] is True and rows["p28"]["method"] == "traced"
+    assert rows["p34"]["fits"] is False and rows["p34"]["total_gb"] > 50
+    assert rows["p28"]["fits"] is True and rows["p28"]["method"] == "stored"
     p28 = rows["p28"]
-    assert p28["judge_gb"] + p28["runner_gb"] < p28["total_gb"] < 80
+    assert p28["judge_gb"] + p28["runner_gb"] < p28["total_gb"] < 50
+    assert mkb([*args, "80"]) == 0  # p34 fits with its float64 anchor on the host
+    p34 = {r["id"]: r for r in json.loads(capsys.readouterr().out)}["p34"]
+    assert p34["anchor"] == "host" and p34["fits"] and p34["total_gb"] + 2 <= 80
+    assert p34["host_gb"] > 80 and p34["anchor_s"] > 10
     assert mkb([*args, "180"]) == 0
-    capsys.readouterr()
+    p34 = {r["id"]: r for r in json.loads(capsys.readouterr().out)}["p34"]
+    assert p34["anchor"] == "device" and p34["total_gb"] > 100 and p34["host_gb"] is None
     assert mkb(["problems", "memory", "p28", "--gpu-memory", "80"]) == 0
     out = capsys.readouterr().out
     assert "1 problems (full scale) on a 80 GB card, 2 GB kept free: 1 fit, 0 do not" in out

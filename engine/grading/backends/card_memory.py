@@ -1,6 +1,6 @@
 """Admission of gradings by planned GPU memory, so that a card is never oversubscribed.
 
-Each grading's plan (:func:`problems.memory.memory_plan`: judge, runner and contexts at the
+Each grading's plan (:func:`planned`: judge, runner and contexts at the
 grading's scale) is reserved on its card before the grading starts and released when it
 ends; a grading waits while its plan does not fit beside the plans reserved there. The
 reservations of one card live in one file (``card-<name>.json`` under
@@ -12,8 +12,11 @@ any GPU time with the reason :data:`MEMORY_UNFIT`.
 
 The card's size comes from :data:`CARD_GB_ENV` when set (a fake size makes CPU preview
 slots admit the same way, which is how the tests run it), else from ``nvidia-smi``. Plans are
-traced in the backend's process (torch imported there once a card size is known), once per
-problem and scale.
+read from the stored plans (:mod:`problems.memory_store`: no trace, no torch); a problem
+whose entry is stale or missing is traced in the backend's process, once per problem, scale
+and card size. Where the grading does not fit the card with its float64 anchor on the device,
+the plan puts the anchor on the host: the job says so (``anchor``) and its limits get
+:func:`host_anchor_allowance` for the judge's own time.
 """
 
 from __future__ import annotations
@@ -23,16 +26,20 @@ import contextlib
 import fcntl
 import functools
 import json
+import math
 import os
 import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.grading.admission import INFRA_MEMORY_UNFIT
+from engine.grading.parent.supervise import Limits
 from engine.grading.verdict import InfrastructureError
+from problems.memory_model import MemoryPlan
 
 MEMORY_UNFIT = INFRA_MEMORY_UNFIT  # never retried: the plan is the same next time
 CARD_GB_ENV = "MKB_GPU_MEMORY_GB"
@@ -88,12 +95,79 @@ def _nvidia_smi_total(gpu: int) -> float | None:
 
 
 @functools.lru_cache(maxsize=512)
-def planned_bytes(problem_id: str, scale: str) -> float | None:
-    """The grading's planned peak on one card (None: the plan is unknown)."""
+def planned(problem_id: str, scale: str, capacity: float | None = None) -> MemoryPlan:
+    """The grading's plan on a card of ``capacity`` bytes (where its anchor runs, its peak):
+    from the stored plans (:mod:`problems.memory_store`, no torch imported), else traced
+    here (imports torch; a stale or missing entry)."""
+    from problems.memory_store import stored_plan
+
+    plan = stored_plan(problem_id, scale, capacity)
+    if plan is not None:
+        return plan
     from problems.memory import memory_plan
     from problems.registry import get
 
-    return memory_plan(get(problem_id), scale).total_bytes
+    return memory_plan(get(problem_id), scale, capacity)
+
+
+HOST_HEADROOM_BYTES = 8e9  # kept free on the host beside the host anchors' plans
+
+
+def host_ledger(directory: Path | None = None) -> CardLedger | None:
+    """The reservations of this host's memory for float64 anchors run on it (one file, like a
+    card's), sized from ``/proc/meminfo``; None where that cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            total = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return CardLedger("host", float(total), directory, headroom=HOST_HEADROOM_BYTES)
+
+
+@contextlib.asynccontextmanager
+async def host_memory(plan: MemoryPlan | None) -> AsyncIterator[None]:
+    """Hold a host anchor's memory on this host for the block (:func:`host_ledger`); nothing
+    for a plan with its anchor on the device. Refused (:class:`MemoryUnfit`) when the host
+    cannot hold it even alone."""
+    ledger = None if plan is None or plan.anchor != "host" else host_ledger()
+    if ledger is None or plan is None or plan.host_bytes is None:
+        yield
+        return
+    if not fits_alone(plan.host_bytes, ledger.capacity, ledger.headroom):
+        raise MemoryUnfit(
+            f"{MEMORY_UNFIT}: the float64 anchor on the host plans {plan.host_bytes / 1e9:.1f} "
+            f"GB of host memory; the host has {ledger.capacity / 1e9:.1f} GB with "
+            f"{ledger.headroom / 1e9:g} GB kept free (mkb problems memory)"
+        )
+    async with ledger.admit(plan.host_bytes):
+        yield
+
+
+def planned_bytes(problem_id: str, scale: str, capacity: float | None = None) -> float | None:
+    """The grading's planned peak on one card (None: the plan is unknown)."""
+    return planned(problem_id, scale, capacity).total_bytes
+
+
+def host_anchor_allowance(plan: MemoryPlan, job: dict[str, Any]) -> float:
+    """The seconds a grading's host anchors may add to its limits: each anchor check of the
+    job (correctness draws, rechecks, the bypass call) at four times the plan's estimate,
+    at least a minute each (the estimate assumes an idle 16-core host)."""
+    if plan.anchor != "host":
+        return 0.0
+    checks = len(job["seeds"]["correctness"]) + len(job.get("recheck", [])) + 1
+    return checks * max(60.0, 4 * (plan.anchor_s or 0.0))
+
+
+def host_anchor_limits(limits: Limits, plan: MemoryPlan, job: dict[str, Any]) -> Limits:
+    """The limits of a job whose anchor runs on the host: the judge's own time
+    (:func:`host_anchor_allowance`) and its resident memory raised by the host anchor's plan
+    (the watchdog reads the judge's; the runner's own limit, in the job, is unchanged)."""
+    memory = limits.memory_limit_mb
+    if memory is not None and plan.host_bytes is not None:
+        memory += math.ceil(plan.host_bytes / 2**20)
+    return replace(
+        limits, judge_extra_s=host_anchor_allowance(plan, job), memory_limit_mb=memory
+    )
 
 
 def _alive(pid: int) -> bool:

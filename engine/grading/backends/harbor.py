@@ -181,7 +181,10 @@ class HarborBackend:
                     await env.upload_file(source, f"{remote}/{rel}")
             await env.upload_file(job_file, f"{remote}/job.json")
             job_file.unlink()
-            budget = int(limits.eager_timeout_s + limits.timeout_s + limits.grace_s + 120)
+            budget = int(
+                limits.eager_timeout_s + limits.timeout_s + limits.grace_s
+                + limits.judge_extra_s + 120
+            )
             result = await env.exec(
                 f"{cfg.python} -m engine.grading.parent.supervise --job-file {remote}/job.json",
                 cwd=remote,

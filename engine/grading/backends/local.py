@@ -28,7 +28,9 @@ from engine.grading.backends.card_memory import (
     MemoryUnfit,
     card_capacity,
     fits_alone,
-    planned_bytes,
+    host_anchor_limits,
+    host_memory,
+    planned,
     unfit_message,
 )
 from engine.grading.backends.slot_pool import SlotPool, wanted_label
@@ -43,6 +45,7 @@ from engine.grading.parent.evaluate import (
 from engine.grading.parent.supervise import REPO_ROOT, ChildOutcome, Limits, child_env, kill_group
 from engine.grading.parent.supervise import run_subprocess as _run_subprocess
 from engine.grading.verdict import InfrastructureError
+from problems.memory_model import MemoryPlan
 
 STREAM_LIMIT = 64 * 1024 * 1024
 
@@ -120,6 +123,7 @@ class WarmParent:
             started = await self._read(30.0)
             self.child_pid = started.get("pid")
             budget = limits.eager_timeout_s + limits.timeout_s + limits.grace_s + 60.0
+            budget += limits.judge_extra_s
             done = await self._read(budget)
         except (ConnectionError, BrokenPipeError) as exc:
             await self.stop()
@@ -329,49 +333,61 @@ class LocalBackend:
             return opening
         if request.device == "cuda" and self.device != "cuda":
             return Feedback.decided(request, InfrastructureError("this grader has no GPU"))
-        plan = await self._plan(request)
         ledgers = [s.ledger for s in self.slots if s.ledger is not None]
-        if plan is not None and ledgers and not any(
-            fits_alone(plan, g.capacity, g.headroom) for g in ledgers
+        plans: dict[float, tuple[MemoryPlan, float]] = {}
+        for g in ledgers:
+            plan = await self._plan(request, g.capacity)
+            if plan is not None and plan.total_bytes is not None:
+                plans[g.capacity] = (plan, plan.total_bytes)
+        if plans and not any(
+            fits_alone(plans[g.capacity][1], g.capacity, g.headroom)
+            for g in ledgers
+            if g.capacity in plans
         ):
-            why = unfit_message(plan, max(g.capacity for g in ledgers), ledgers[0].headroom)
+            smallest = min(total for _, total in plans.values())
+            why = unfit_message(smallest, max(g.capacity for g in ledgers), ledgers[0].headroom)
             return Feedback.decided(request, MemoryUnfit(why))
         queue = self._queue()
         slot = await queue.acquire(wanted_label(request.slot))
         try:
             device = "cpu" if request.device == "cpu" else slot.device
+            placed = plans.get(slot.ledger.capacity) if slot.ledger is not None else None
             admitted = (
-                slot.ledger.admit(plan)
-                if slot.ledger is not None and plan is not None and device == slot.device
+                slot.ledger.admit(placed[1])
+                if slot.ledger is not None and placed is not None and device == slot.device
                 else contextlib.nullcontext()
             )
-            async with admitted:
-                return await self._run_on(slot, request, device)
+            plan = placed[0] if placed is not None else None
+            async with admitted, host_memory(plan if device == "cuda" else None):
+                return await self._run_on(slot, request, device, plan)
         except MemoryUnfit as exc:  # this slot's card is smaller than another's
             return Feedback.decided(request, exc)
         finally:
             self.completed += 1
             queue.release(slot)
 
-    async def _plan(self, request: GradeRequest) -> float | None:
-        """The grading's planned card memory at its scale (None: no admission here, or the
-        plan is unknown)."""
+    async def _plan(self, request: GradeRequest, capacity: float) -> MemoryPlan | None:
+        """The grading's plan on a card of ``capacity`` bytes at its scale (None: no
+        admission for this request, or the plan is unknown)."""
         if request.device == "cpu" and self.device == "cuda":
             return None  # a preview on a GPU host uses no card memory
-        if not any(s.ledger is not None for s in self.slots):
-            return None
         scale = self.config.scale or ("full" if self.device == "cuda" else "smoke")
         try:
-            return await asyncio.to_thread(planned_bytes, request.problem_id, scale)
+            return await asyncio.to_thread(planned, request.problem_id, scale, capacity)
         except Exception:  # noqa: BLE001 - an unknown problem is reported by the grading
             return None
 
-    async def _run_on(self, slot: Slot, request: GradeRequest, device: str) -> Feedback:
+    async def _run_on(
+        self, slot: Slot, request: GradeRequest, device: str, plan: MemoryPlan | None = None
+    ) -> Feedback:
         limits = self.config.limits(device)
         for attempt in (1, 2):
             workdir = tempfile.mkdtemp(prefix="mkb-grade-")
             try:
                 job = make_job(request, device, self.config, workdir)
+                if plan is not None and plan.anchor == "host" and device == "cuda":
+                    job["anchor"] = "host"  # the plan fits this card only so (card_memory)
+                    limits = host_anchor_limits(limits, plan, job)
                 outcome = await slot.run(job, limits, workdir)
                 feedback = feedback_from(request, outcome, device)
                 feedback.host = f"{socket.gethostname()}:{slot.label}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -171,9 +172,17 @@ class OutputChecks:
         problem, device = self.evaluation.problem, self.evaluation.device
         shapes = stand_ins(draw.out)
         draw.out, draw.inputs = to_host(draw.out), to_host(draw.inputs)
+        on_host = self.evaluation.job.get("anchor") == "host"  # the plan's placement
+        if on_host:  # the supervisor stops the submission's clock (supervise.HOST_ANCHOR)
+            self.evaluation.phase("host_anchor")
+        start = time.monotonic()
         ok, structure, leaf_checks = anchor.check_anchor(
-            problem.reference, draw.out, shapes, draw.inputs, device
+            problem.reference, draw.out, shapes, draw.inputs, device, "cpu" if on_host else None
         )
+        if on_host:  # the judge's own time, not the submission's: its limit moves on, and
+            spent = time.monotonic() - start
+            self.evaluation.deadline += spent
+            self.evaluation.channel.send("judge_time", round(spent, 3))  # the clock resumes
         names = problem.outputs
         if kind == "correctness":
             for c in leaf_checks:

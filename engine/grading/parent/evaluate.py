@@ -15,11 +15,19 @@ from pathlib import Path
 from random import SystemRandom
 from typing import Any
 
+from engine.grading.admission import INFRA_JUDGE_CRASH, INFRA_OOM
 from engine.grading.api import Feedback, Finding, GradeRequest
 from engine.grading.options import GPU_COUNTS, PREVIEW_COUNTS, EvalConfig, job_options
-from engine.grading.parent.supervise import ChildOutcome, run_subprocess
+from engine.grading.parent.supervise import HOST_ANCHOR, ChildOutcome, run_subprocess
 from engine.grading.rules.static import check_source, first_reason
-from engine.grading.verdict import BadRequest, Crashed, OverLimit, Rejected, decide
+from engine.grading.verdict import (
+    BadRequest,
+    Crashed,
+    InfrastructureError,
+    OverLimit,
+    Rejected,
+    decide,
+)
 
 
 def resolve_problem(key: str) -> str | None:
@@ -187,12 +195,21 @@ def screen_request(request: GradeRequest, config: EvalConfig) -> Feedback | None
     return static_feedback(request, findings) if findings else None
 
 
-def missing_result(outcome: ChildOutcome) -> OverLimit | Crashed:
+def missing_result(outcome: ChildOutcome) -> OverLimit | Crashed | InfrastructureError:
     """What a grading child that gave no result is evidence of: a limit that stopped it, or a
     crash (the submission's when its code had run by then, else ours)."""
     phase = outcome.last_phase or "start"
+    if outcome.memory_killed and phase == HOST_ANCHOR:  # the judge's own memory
+        return InfrastructureError(
+            "the judge's float64 anchor on the host passed its memory limit", reason=INFRA_OOM
+        )
     if outcome.memory_killed:
         return OverLimit("memory", phase)
+    if outcome.timed_out and phase == HOST_ANCHOR:
+        return InfrastructureError(
+            "the judge's float64 anchor on the host ran past its allowance (judge_extra_s)",
+            reason=INFRA_JUDGE_CRASH,
+        )
     if outcome.timed_out:
         return OverLimit("timeout", phase)
     submission_ran = phase not in ("start", "eager", "eager_timing", "eager_done")

@@ -30,6 +30,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 MAX_CHANNEL_BYTES = 32 * 1024 * 1024
 
 
+HOST_ANCHOR = "host_anchor"  # the judge's phase while its float64 anchor runs on the host
+
+
 @dataclass
 class Limits:
     """Wall-clock and memory limits for one evaluation."""
@@ -38,6 +41,9 @@ class Limits:
     eager_timeout_s: float = 600.0  # the eager reference phase, outside the limit above
     memory_limit_mb: int | None = None  # resident memory of the child; None = no watchdog
     grace_s: float = 10.0  # after the result arrives, time left to exit
+    # the judge's own work outside the limits above, at most this much in all: a float64
+    # anchor on the host (phase ``host_anchor`` until the judge's ``judge_time`` message)
+    judge_extra_s: float = 0.0
 
 
 @dataclass
@@ -105,6 +111,9 @@ class _ChildWatch:
         self.outcome = ChildOutcome(pid=pid)
         self.start = time.monotonic()
         self.deadline = self.start + limits.eager_timeout_s
+        self.extended = 0.0  # seconds of the judge's own work so far (host anchors)
+        self.paused: tuple[float, float] | None = None  # (since, submission's time left)
+        self.resumed_phase: str | None = None  # the phase before the host anchor
         self.buffer = b""
         self.received = 0
         self.next_rss = 0.0
@@ -132,9 +141,36 @@ class _ChildWatch:
                 self.deadline = time.monotonic() + limits.eager_timeout_s
             elif message.get("data") == "import":  # the submission's own time starts
                 self.deadline = time.monotonic() + limits.timeout_s
+            elif message.get("data") == HOST_ANCHOR:
+                self.pause()
+        elif message.get("kind") == "judge_time":
+            self.resume()
         elif message.get("kind") == "result" and outcome.result is None:
             outcome.result = message.get("data") if isinstance(message.get("data"), dict) else {}
             self.deadline = min(self.deadline, time.monotonic() + limits.grace_s)
+
+    def pause(self) -> None:
+        """The judge's own work begins (a float64 anchor on the host): the submission's clock
+        stops, and the judge gets what is left of :attr:`Limits.judge_extra_s`."""
+        if self.paused is not None:
+            return
+        now = time.monotonic()
+        self.paused = (now, max(0.0, self.deadline - now))
+        self.deadline = now + max(0.0, self.limits.judge_extra_s - self.extended)
+        phases = self.outcome.phases
+        self.resumed_phase = phases[-2] if len(phases) > 1 else None
+
+    def resume(self) -> None:
+        """The judge's own work is done: the submission's clock goes on where it stopped."""
+        if self.paused is None:
+            return
+        now = time.monotonic()
+        since, left = self.paused
+        self.extended += now - since
+        self.deadline = now + left
+        self.paused = None
+        if self.resumed_phase is not None:  # the phase the judge went on with
+            self.outcome.phases.append(self.resumed_phase)
 
     def read_channel(self) -> None:
         """Wait briefly for the result channel and handle the complete lines that arrived."""
