@@ -17,7 +17,8 @@ from engine.grading.runner.compiled import TAG, keep, sign, unpack
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TIRX = FIXTURES / "honest" / "p28_tirx_llvm.py"
-PROBE = FIXTURES / "compiled" / "tvm_probe.py"
+TVM_PROBE = FIXTURES / "compiled" / "tvm_probe.py"
+CUTE_PROBE = FIXTURES / "compiled" / "cute_probe.py"
 TOOLS = {"python": "3.12.0", "host": "h", "torch": "2.11"}
 # what a submission can do to its own compile folder: plant a library and a tag for it
 PLANTING = """
@@ -148,6 +149,16 @@ def test_on_by_default_in_the_graders_home_off_when_asked(tmp_path: Path, monkey
     assert not cc.harvest(tmp_path / "cache", "g" * 64, tmp_path / "work", SECRET)
 
 
+def _probe(script: Path, work: Path) -> dict[str, object]:
+    """Run a DSL probe in its own interpreter (the wrappers patch the DSL process-wide)."""
+    result = subprocess.run(
+        [sys.executable, str(script), str(work)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    return seen
+
+
 def test_the_tvm_wrapper_loads_the_delivered_library_and_never_a_planted_one(
     tmp_path: Path,
 ) -> None:
@@ -156,12 +167,18 @@ def test_the_tvm_wrapper_loads_the_delivered_library_and_never_a_planted_one(
     computes a - b, so the library was loaded, not compiled; a library planted in the compile
     folder under ``mul``'s name is not loaded (a * b), and the file the wrapper writes for
     ``mul`` carries the key's tag; the delivered CUDA source's kernel names reach the hooks."""
-    result = subprocess.run(
-        [sys.executable, str(PROBE), str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    seen = _probe(TVM_PROBE, tmp_path)
     assert seen == {"add": 3.0, "mul": 18.0, "mul_tagged": True, "names": ["add_kernel"]}
+
+
+def test_cutes_file_cache_loads_only_the_delivered_entry_and_tags_its_dumps(
+    tmp_path: Path,
+) -> None:
+    """The real CuTe DSL in its own interpreter (fixtures/compiled/cute_probe.py): the file
+    its cache dumped is tagged; a file lying in CuTe's cache folder (where a submission can
+    write one) is not loaded, the same bytes delivered as the entry are."""
+    seen = _probe(CUTE_PROBE, tmp_path)
+    assert seen == {"tagged": True, "planted_loaded": False, "delivered_loaded": True}
 
 
 def test_a_tirx_source_reuses_its_library_and_another_source_never_sees_it(
