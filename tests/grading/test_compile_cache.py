@@ -16,7 +16,7 @@ from engine.grading.judge import compile_cache as cc
 from engine.grading.runner.compiled import TAG, keep, sign, unpack
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TIRX = FIXTURES / "honest" / "p28_tirx_llvm.py"
+TIRX = FIXTURES / "compiled" / "p28_tirx_llvm.py"
 TVM_PROBE = FIXTURES / "compiled" / "tvm_probe.py"
 CUTE_PROBE = FIXTURES / "compiled" / "cute_probe.py"
 TOOLS = {"python": "3.12.0", "host": "h", "torch": "2.11"}
