@@ -102,7 +102,7 @@ def prepare(message: dict[str, Any], fd: int | None, counter: Any = None) -> Non
     ``fd`` holds this source's entry, if an earlier grading left one; ``counter`` the launch
     hooks (kernel names of a loaded TIRx library are handed to it)."""
     delivered = unpack(fd) if fd is not None else {}
-    secret = message.get("compile_key")
+    secret = message.pop("compile_key", None)  # held by the wrappers' closures only
     if not isinstance(secret, str) or not secret:
         return
     key = bytes.fromhex(secret)
