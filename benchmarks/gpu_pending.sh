@@ -60,8 +60,7 @@ case "$STEP" in
     python3 -m app.cli bundle verify "$BUNDLE"
     python3 -m app.cli regrade "$BUNDLE" --device cuda --db "$OUT/regrade.sqlite" > "$OUT/regrade.txt" ;;
   throughput)
-    MKB_COMPILE_CACHE=/tmp/mkb-compile-cache \
-      timeout 295 python3 benchmarks/grading_throughput.py "$OUT/throughput.jsonl" --device cuda \
+    timeout 295 python3 benchmarks/grading_throughput.py "$OUT/throughput.jsonl" --device cuda \
       --budget-s 180 ;;
   *) echo "unknown step $STEP ($0 list)" >&2; exit 2 ;;
 esac

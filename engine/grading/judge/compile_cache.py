@@ -1,30 +1,35 @@
 """Compiled DSL modules kept per source: one grading of a source compiles, later ones reuse.
 
 A DSL kernel is compiled by the submission's own code (``cute.compile``, ``tvm.compile``) in
-its runner, so no trusted process can compile it instead. What can be kept is what the DSL's
-own on-disk cache writes (CuTe's file cache, pointed into the runner's workdir at
-``<workdir>/.mkb-compile``) — and kept only for the same source:
+its runner, so no trusted process can compile it instead. The runner's own code wraps the
+DSL's compile before the submission is imported (``runner/compiled.py``): TIRx's
+``tvm.tirx.build`` exports the library it built, CuTe's file cache writes its MLIR bytecode,
+each under ``<workdir>/.mkb-compile`` with a tag (HMAC under a key this grading's judge made
+and sent with ``load``). What is kept, and for whom:
 
 * the key is the sha256 of the source, the DSL, the device, the toolchain's versions and the
   host (:func:`entry_key`): another source, DSL, GPU kind or toolchain never finds the entry;
 * an entry is written by the trusted judge only, after a *jailed* grading that passed and after
-  its runner is dead: regular files of that workdir folder, never followed through a link,
-  never a file with other names (hard links), at most 32 MiB an entry and 8 GiB in all
-  (:func:`harvest`; entries are never removed: delete the folder to reclaim the space);
-* it lies outside every jail (``$MKB_COMPILE_CACHE``, a folder; off when unset), is
-  written once (a folder renamed into place; a second writer's copy is dropped) and its
-  archive's sha256 is checked on every load (:func:`deliver`);
-* a runner receives a private copy (a memfd of the archive) at its import, unpacked into its
-  own fresh workdir: it can change its copy, never the entry.
+  its runner is dead: regular files of that workdir folder whose tag matches (a file the
+  submission wrote there has none), never followed through a link, never a file with other
+  names (hard links), at most 32 MiB an entry and 8 GiB in all (:func:`harvest`; entries are
+  never removed: delete the folder to reclaim the space);
+* it lies outside every jail (:func:`cache_root`: ``$MKB_COMPILE_CACHE``, else
+  ``~/.cache/metakernelbench/compile`` of the grader's user; ``off`` turns it off), is written
+  once (a folder renamed into place; a second writer's copy is dropped) and its archive's
+  sha256 is checked on every load (:func:`deliver`);
+* a runner receives a private copy (a memfd of the archive) at its import and reads it into
+  memory: the wrappers load from that copy only, never from a path the submission can write.
 
-So an entry holds nothing but what a runner of the same source wrote, and reaches only
-runners of that same source (docs/grading.md, "Compile once per source").
+So an entry holds nothing but what the DSL compiled in a passing grading of the same source,
+and reaches only runners of that same source (docs/grading.md, "Compile once per source").
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -36,10 +41,11 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from engine.grading.runner.compiled import COMPILE_DIR
+from engine.grading.runner.compiled import COMPILE_DIR, TAG, sign
 
 RUNNER_DIR = COMPILE_DIR  # where a runner's DSL caches write, in its workdir
-ENV_ROOT = "MKB_COMPILE_CACHE"  # a folder turns it on; unset, empty or "off": off
+ENV_ROOT = "MKB_COMPILE_CACHE"  # a folder; "off" (or "0", "none") turns the cache off
+DEFAULT_ROOT = Path("~/.cache/metakernelbench/compile")  # the grader's own, never a jail's
 ARCHIVE = "entry.tar"
 DIGEST = "entry.sha256"
 MAX_BYTES = 32 * 2**20  # one entry (a CuTe kernel's cache file is a few hundred kB)
@@ -49,13 +55,12 @@ TOOLCHAIN = ("torch", "nvidia-cutlass-dsl", "apache-tvm", "tvm", "tvm-ffi", "apa
 
 
 def cache_root() -> Path | None:
-    """Where entries are kept, or None when the cache is off (the default: whether the DSLs'
-    caches load back correctly in a jailed GPU runner is not measured yet, and a kept entry
-    that failed to load would fail a grading for the grader's reason)."""
-    value = os.environ.get(ENV_ROOT, "")
-    if value.lower() in ("", "off", "0", "none"):
+    """Where entries are kept (on by default, in the grader's home, which no jail binds), or
+    None when ``$MKB_COMPILE_CACHE`` turns it off."""
+    value = os.environ.get(ENV_ROOT, "").strip()
+    if value.lower() in ("off", "0", "none", "false"):
         return None
-    return Path(value)
+    return Path(value) if value else DEFAULT_ROOT.expanduser()
 
 
 def toolchain() -> dict[str, str]:
@@ -126,12 +131,27 @@ def kept_bytes(root: Path) -> int:
     return total
 
 
-def harvest(root: Path, key: str, folder: Path) -> bool:
-    """Keep what a dead runner's DSL caches wrote under ``folder`` as the entry ``key``
-    (only if there is none yet); whether an entry was written."""
+def tagged(files: list[tuple[str, bytes]], secret: bytes) -> list[tuple[str, bytes]]:
+    """The files whose tag beside them is the one the runner's wrappers made with this
+    grading's ``secret`` for exactly that name and content (``runner/compiled.py``)."""
+    by_name = dict(files)
+    kept = []
+    for name, data in files:
+        tag = by_name.get(name + TAG)
+        if name.endswith(TAG) or tag is None:
+            continue
+        if hmac.compare_digest(tag.decode(errors="replace").strip(), sign(secret, name, data)):
+            kept.append((name, data))
+    return kept
+
+
+def harvest(root: Path, key: str, folder: Path, secret: bytes) -> bool:
+    """Keep the tagged files a dead runner's DSL wrappers wrote under ``folder`` as the entry
+    ``key`` (only if there is none yet); whether an entry was written."""
     if (root / key).exists() or not folder.is_dir() or folder.is_symlink():
         return False
     files = _regular_files(folder)
+    files = tagged(files, secret) if files else None
     if not files or kept_bytes(root) + sum(len(data) for _, data in files) > MAX_TOTAL_BYTES:
         return False
     buffer = io.BytesIO()

@@ -66,7 +66,7 @@ class Judge:
         self.prepared = prepared
         self.passed = False
         # where this grading's compiled modules are kept if it passes (compile_cache.py)
-        self.keep_compiled: tuple[Path, str] | None = None
+        self.keep_compiled: tuple[Path, str, bytes] | None = None
         self.figures = CallFigures(
             CallBreakdown(evaluation.result), tracing=bool(evaluation.job.get("call_trace"))
         )
@@ -249,7 +249,7 @@ class Judge:
             "memory_limit_mb": None if evaluation.cuda else job.get("memory_limit_mb"),
         }
         fds = [source_fd]
-        compiled = self.compiled_entry()
+        compiled = self.compiled_entry(message)
         if compiled is not None:
             fds.append(compiled)
         try:
@@ -275,10 +275,11 @@ class Judge:
         if isinstance(reply.get("threads"), int):
             self.figures.base_threads = reply["threads"]
 
-    def compiled_entry(self) -> int | None:
+    def compiled_entry(self, message: dict[str, Any]) -> int | None:
         """This source's compiled modules from an earlier grading (a private copy), if any;
-        else the key under which this grading's are kept should it pass. Jailed runners only:
-        an unjailed one could write the cache itself."""
+        else the key under which this grading's are kept should it pass. ``message`` gets
+        this grading's tag key (the runner tags what its DSL compiled; compiled.py). Jailed
+        runners only: an unjailed one could write the cache itself."""
         from engine.grading.judge import compile_cache
 
         root = compile_cache.cache_root()
@@ -287,10 +288,12 @@ class Judge:
         job = self.evaluation.job
         device = str(self.result.get("device", ""))
         key = compile_cache.entry_key(job["source"], job["dsl"], device, compile_cache.toolchain())
+        secret = os.urandom(32)
+        message["compile_key"] = secret.hex()
         fd = compile_cache.deliver(root, key)
         self.result["compile_cache"] = "loaded" if fd is not None else "missed"
         if fd is None:
-            self.keep_compiled = (root, key)
+            self.keep_compiled = (root, key, secret)
         return fd
 
     # -- one call ---------------------------------------------------------------------------
@@ -369,7 +372,7 @@ class Judge:
                 proc.close()
 
 
-def keep_compiled(runner: RunnerProcess, root: Path, key: str) -> None:
+def keep_compiled(runner: RunnerProcess, root: Path, key: str, secret: bytes) -> None:
     """Kill the runner's whole tree, wait until it is gone, then keep what its DSL caches
     wrote (a failure here costs the reuse, never the verdict)."""
     from engine.grading.judge import compile_cache
@@ -391,7 +394,7 @@ def keep_compiled(runner: RunnerProcess, root: Path, key: str) -> None:
             return  # something of the runner still runs: keep nothing
         time.sleep(0.01)
     with contextlib.suppress(Exception):
-        compile_cache.harvest(root, key, folder)
+        compile_cache.harvest(root, key, folder, secret)
 
 
 def _running(pid: int) -> bool:

@@ -134,8 +134,8 @@ class Runner:
             limit_address_space(int(limit))
         with os.fdopen(fds[0], "rb") as fh:
             source = fh.read()
-        if len(fds) > 1:  # this source's compiled modules, from an earlier grading of it
-            _compiled().unpack(fds[1])
+        # compiled modules reused per source (compiled.py), an earlier grading's in fds[1]
+        _compiled().prepare(message, fds[1] if len(fds) > 1 else None, self.counter)
         with open(SOURCE_PATH, "wb") as fh:
             fh.write(source)
         import importlib.util
