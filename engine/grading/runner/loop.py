@@ -49,6 +49,7 @@ if __package__:
         limit_address_space,
         native_threads,
         python_threads,
+        steady_heap,
     )
 else:  # run as a script in the jail: its zone's other files lie beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -59,6 +60,7 @@ else:  # run as a script in the jail: its zone's other files lie beside it
         limit_address_space,
         native_threads,
         python_threads,
+        steady_heap,
     )
 
 # when the runner first attaches the profiler: "late" (after the timed calls) or "early"
@@ -93,6 +95,7 @@ class Runner:
         self.torch = torch
         self.sock = sock
         self.cuda = device == "cuda"
+        self.steady_heap = steady_heap()  # no call faults its scratch memory in again
         self.flag = flag
         self.solve: Any = _calibration_call  # until a submission is loaded (or armed)
         self.armed = armed  # a trusted runner's function, switched on by "arm"
