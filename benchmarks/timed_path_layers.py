@@ -126,23 +126,29 @@ def worker_calls(runner: Any, message: dict[str, Any], fds: list[int], plain: bo
         draws = [_to_device(d, torch) for d in draws]
     host, e2e, cpu, wall = [], [], [], []
     stage_fds: list[int] = []
-    if mode == "dispatch" and cuda:  # inputs go through the runner's device buffers
-        runner.alloc({"sizes": message["sizes"]})
-        layouts = [_cuda_layout({"list": x}, [0])["list"] for x in layouts]
+    if mode == "dispatch":  # the judge's side: one input memory (or the device buffers)
         flats = [
-            torch.frombuffer(mmap.mmap(fd, os.fstat(fd).st_size), dtype=torch.uint8).to("cuda")
+            torch.frombuffer(mmap.mmap(fd, os.fstat(fd).st_size), dtype=torch.uint8)
             for fd in draw_fds
         ]
+        if cuda:
+            runner.alloc({"sizes": message["sizes"]})
+            layouts = [_cuda_layout({"list": x}, [0])["list"] for x in layouts]
+            flats = [f.to("cuda") for f in flats]
+        else:
+            shared = os.memfd_create("mkb-in")
+            os.ftruncate(shared, max(f.numel() for f in flats))
+            region = torch.frombuffer(mmap.mmap(shared, 0), dtype=torch.uint8)
+            stage_fds = [shared]  # sent with the first stage only, as the judge does
     for i in range(WARM_CALLS + message["calls"]):
         k = i % len(draws)
-        if mode == "dispatch":
-            if cuda:  # the judge's copy into the runner's buffers (outside the accounting)
+        if mode == "dispatch":  # the judge writes the inputs (outside the accounting)
+            if cuda:
                 for n, (at, nbytes) in enumerate(message["leaves"][k]):
                     runner.buffers[n][:nbytes].copy_(flats[k][at : at + nbytes])
                 runner._sync()
-                stage_fds = []
             else:
-                stage_fds = [os.dup(draw_fds[k])]
+                region[: flats[k].numel()].copy_(flats[k])
         c0, w0 = time.process_time(), clock()
         if mode == "solve":
             if cuda:
@@ -161,6 +167,7 @@ def worker_calls(runner: Any, message: dict[str, Any], fds: list[int], plain: bo
             reply = runner.call({"id": i})
         else:
             runner.dispatch({"op": "stage", "inputs": layouts[k]}, stage_fds)
+            stage_fds = []
             reply, _ = runner.dispatch({"op": "call", "id": i}, [])
             _, out_fds = runner.dispatch({"op": "report"}, [])
             for fd in out_fds:

@@ -7,14 +7,17 @@ reference outputs, tolerances, future seeds or check plan. It answers the judge 
 * ``load`` (+ memfd with the source) → ``loaded`` (or the import error as text);
 * ``alloc`` (GPU) → ``buffers``: device buffers the runner allocates and exports by CUDA IPC,
   which the judge imports and fills with the inputs;
-* ``stage`` (+ memfd with CPU inputs) → ``staged``: the next call's inputs are built;
+* ``stage`` (+ memfd with CPU inputs when the judge made a new one; without, the one mapped
+  before holds them) → ``staged``: the next call's inputs are built;
 * ``warm`` → ``warmed`` (or ``error``): an untimed call on the last call's inputs, its outputs
   dropped, sent before the judge writes the next call's inputs (``EvalConfig.warm_calls``);
 * ``call`` → ``done`` (the judge's clock runs from this request to this answer): its own
   timing figure, the host time until ``solve`` returned, DSL launches seen by the hooks,
   native thread count; or ``error``;
 * ``report`` → ``outputs``: where the outputs lie (CPU leaves copied into a memfd, CUDA leaves
-  as IPC handles into the runner's own allocations);
+  as IPC handles into the runner's own allocations); after a warm-up or timed call the judge
+  adds ``then_spin_s``: on a GPU the runner polls that long (at most ``channel.MAX_SPIN_S``)
+  for the next request before it blocks;
 * ``audit`` → ``audited``: kernel names a profiled call ran;
 * ``profile`` → ``profiled``: GPU time per call and each call's span, from ``span_calls``
   profiled calls of the last inputs (informational); ``exit``.
@@ -42,7 +45,13 @@ import traceback
 from typing import Any
 
 if __package__:
-    from engine.grading.runner.channel import receive, send, spin_until_readable
+    from engine.grading.runner.channel import (
+        SPIN_S,
+        receive,
+        send,
+        spin_after,
+        spin_until_readable,
+    )
     from engine.grading.runner.process import (
         CudaExporter,
         is_memory_error,
@@ -53,7 +62,13 @@ if __package__:
     )
 else:  # run as a script in the jail: its zone's other files lie beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from channel import receive, send, spin_until_readable  # type: ignore[import-not-found,no-redef]
+    from channel import (  # type: ignore[import-not-found,no-redef]
+        SPIN_S,
+        receive,
+        send,
+        spin_after,
+        spin_until_readable,
+    )
     from process import (  # type: ignore[import-not-found,no-redef]
         CudaExporter,
         is_memory_error,
@@ -106,6 +121,7 @@ class Runner:
         self.last: Any = None  # outputs stay alive until the next call
         self.last_inputs: list[Any] = []
         self.pending: list[Any] = []
+        self.region: mmap.mmap | None = None  # the CPU inputs' memory, mapped once per memfd
         self.exporter = CudaExporter() if self.cuda else None
         self.reference_numerics: Any = None
         if self.cuda:
@@ -177,13 +193,15 @@ class Runner:
 
     # -- one call ------------------------------------------------------------------------
     def build_inputs(self, layout: list[Any], fds: list[int]) -> list[Any]:
+        """The staged inputs: views of the device buffers and of the CPU input memory, which
+        stays mapped until the judge sends a new memfd (its pages faulted in here, with
+        ``MAP_POPULATE``, never inside the timed call)."""
         if fds:
             size = os.fstat(fds[0]).st_size
-            region = mmap.mmap(fds[0], max(size, 1))
+            populate = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self.region = mmap.mmap(fds[0], max(size, 1), flags=populate)
             os.close(fds[0])
-        else:
-            region = None
-        return [self._input(node, region) for node in layout]
+        return [self._input(node, self.region) for node in layout]
 
     def _input(self, node: dict[str, Any], region: mmap.mmap | None) -> Any:
         """One node of the staged input tree (a method, not a self-referencing closure)."""
@@ -390,10 +408,12 @@ class Runner:
             self.sock,
             {"op": "ready", "threads": native_threads(), "py_threads": python_threads()},
         )
+        budget = SPIN_S
         while True:
             if self.cuda:  # the next request usually follows at once (a CPU host has cores
-                spin_until_readable(self.sock)  # too few to spin: the preview never scores)
+                spin_until_readable(self.sock, budget)  # too few: the preview never scores)
             message, fds = receive(self.sock)
+            budget = spin_after(message)  # longer after a timed call's report, if asked
             try:
                 reply, reply_fds = self.dispatch(message, fds)
             except (EOFError, KeyboardInterrupt):
