@@ -34,10 +34,7 @@ speculation state from ``/proc``. Rows go to OUT.jsonl, the summary (per layer: 
 rounds with min and max, and what each layer adds to the one before) to OUT.summary.json.
 On a CPU the figures preview the method on a loaded host; only a GPU's compare with the
 quiet run (docs/grading.md, "The timed path, layer by layer").
-
-Also this file is the worker of the in-process layers: copied beside the runner's files and
-started in their place (``RunnerProcess.spawn(main=...)``), it imports the standard library
-only at the top.
+The in-process layers run ``timed_path_worker.py`` in the runner's place.
 """
 
 from __future__ import annotations
@@ -53,194 +50,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.timed_path_worker import WARM_CALLS, _median, proc_status  # noqa: E402
+
+WORKER = Path(__file__).resolve().parent / "timed_path_worker.py"
 LAYERS = ("plain", "runner", "namespaces", "jail", "loop", "channel", "polling", "grader")
 WORKER_LAYERS = {"plain": "solve", "runner": "call", "namespaces": "call", "jail": "call"}
-WARM_CALLS = 10
 DRAWS = 4  # distinct input draws cycled through (each a memfd: at most 7 ride one message)
-STATUS_KEYS = ("Seccomp", "NoNewPrivs", "Speculation_Store_Bypass", "Cpus_allowed_list")
-
-
-# -- the worker (in the runner's place; standard library at the top) ------------------------
-def proc_status(pid: int | str = "self") -> dict[str, str]:
-    """The seccomp, no_new_privs and speculation lines of a process's status."""
-    out: dict[str, str] = {}
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key in STATUS_KEYS:
-                    out[key] = value.strip()
-    except OSError:
-        pass
-    return out
-
-
-def _median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
-
-
-def _to_device(node: Any, torch: Any) -> Any:
-    if isinstance(node, torch.Tensor):
-        return node.to("cuda")
-    if isinstance(node, (list, tuple)):
-        return type(node)(_to_device(x, torch) for x in node)
-    return node
-
-
-def _cuda_layout(node: Any, counter: list[int]) -> Any:
-    """A CPU staging layout turned into one over the runner's device buffers, in order."""
-    if "t" in node:
-        desc = {k: v for k, v in node["t"].items() if k != "at"}
-        desc.update(device="cuda", buf=counter[0])
-        counter[0] += 1
-        return {"t": desc}
-    for key in ("list", "tuple"):
-        if key in node:
-            return {key: [_cuda_layout(x, counter) for x in node[key]]}
-    return node
-
-
-def worker_calls(runner: Any, message: dict[str, Any], fds: list[int], plain: bool) -> Any:
-    """``calls`` timed calls after WARM_CALLS untimed, driven in-process (one worker layer)."""
-    torch, cuda, clock = runner.torch, runner.cuda, time.perf_counter
-    source_fd, draw_fds = fds[0], fds[1:]
-    mode = message["mode"]
-    if plain:  # imported as plain_timing.py does: no launch hooks, no bypass page
-        import importlib.util
-
-        path = os.path.abspath("submission.py")
-        with os.fdopen(source_fd, "rb") as src, open(path, "wb") as dst:
-            dst.write(src.read())
-        spec = importlib.util.spec_from_file_location("submission", path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        solve = module.solve
-    else:
-        loaded = runner.load({"op": "load", **message["load"]}, [source_fd])
-        if not loaded.get("ok"):
-            return {"error": str(loaded)[:500]}
-        solve = runner.solve
-    layouts = message["layouts"]
-    draws = [runner.build_inputs(layout, [os.dup(fd)]) for layout, fd in zip(layouts, draw_fds)]
-    if cuda:
-        draws = [_to_device(d, torch) for d in draws]
-    host, e2e, cpu, wall = [], [], [], []
-    stage_fds: list[int] = []
-    if mode == "dispatch":  # the judge's side: one input memory (or the device buffers)
-        flats = [
-            torch.frombuffer(mmap.mmap(fd, os.fstat(fd).st_size), dtype=torch.uint8)
-            for fd in draw_fds
-        ]
-        if cuda:
-            runner.alloc({"sizes": message["sizes"]})
-            layouts = [_cuda_layout({"list": x}, [0])["list"] for x in layouts]
-            flats = [f.to("cuda") for f in flats]
-        else:
-            shared = os.memfd_create("mkb-in")
-            os.ftruncate(shared, max(f.numel() for f in flats))
-            region = torch.frombuffer(mmap.mmap(shared, 0), dtype=torch.uint8)
-            stage_fds = [shared]  # sent with the first stage only, as the judge does
-    for i in range(WARM_CALLS + message["calls"]):
-        k = i % len(draws)
-        if mode == "dispatch":  # the judge writes the inputs (outside the accounting)
-            if cuda:
-                for n, (at, nbytes) in enumerate(message["leaves"][k]):
-                    runner.buffers[n][:nbytes].copy_(flats[k][at : at + nbytes])
-                runner._sync()
-            else:
-                region[: flats[k].numel()].copy_(flats[k])
-        c0, w0 = time.process_time(), clock()
-        if mode == "solve":
-            if cuda:
-                runner._switch.add_(1.0)
-                runner._sync()
-            t0 = clock()
-            out = solve(*draws[k])
-            t1 = clock()
-            if cuda:
-                runner._sync()
-            t2 = clock()
-            reply = {"host_ms": (t1 - t0) * 1e3, "ms": (t2 - t0) * 1e3}
-            del out
-        elif mode == "call":
-            runner.pending = draws[k]
-            reply = runner.call({"id": i})
-        else:
-            runner.dispatch({"op": "stage", "inputs": layouts[k]}, stage_fds)
-            stage_fds = []
-            reply, _ = runner.dispatch({"op": "call", "id": i}, [])
-            _, out_fds = runner.dispatch({"op": "report"}, [])
-            for fd in out_fds:
-                os.close(fd)
-        c1, w1 = time.process_time(), clock()
-        if i >= WARM_CALLS:
-            host.append(reply["host_ms"] * 1e3)
-            e2e.append(reply["ms"] * 1e3)
-            cpu.append((c1 - c0) * 1e6)
-            wall.append((w1 - w0) * 1e6)
-    return {
-        "host_us": _median(host),
-        "e2e_us": _median(e2e),
-        "cpu_us": _median(cpu),
-        "wall_us": _median(wall),
-        "status": proc_status(),
-    }
-
-
-def plain_runner(cls: Any, device: str) -> Any:
-    """Only what a plain process needs of a runner: its input views and the switch kernel
-    (none of its process settings: ``Runner.__init__`` is not run)."""
-    import torch
-
-    runner = cls.__new__(cls)
-    runner.torch, runner.cuda, runner.buffers = torch, device == "cuda", []
-    if runner.cuda:
-        runner._switch, runner._sync = torch.zeros(1, device="cuda"), torch.cuda.synchronize
-    else:
-        torch.set_num_threads(1)  # as the runner and plain_timing.py do
-    return runner
-
-
-def worker_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="timed_path_layers.py --worker")
-    parser.add_argument("--sock-fd", type=int, required=True)
-    parser.add_argument("--flag-fd", type=int, default=-1)
-    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
-    parser.add_argument("--preload", default="")
-    parser.add_argument("--path", action="append", default=[])
-    parser.add_argument("--plain", action="store_true")
-    args = parser.parse_args(argv)
-    here = os.path.dirname(os.path.abspath(__file__))
-    if args.plain:
-        sys.path.insert(0, os.path.dirname(here))
-        from engine.grading.runner.channel import receive, send
-        from engine.grading.runner.loop import Runner
-    else:  # the runner's files lie beside this copy
-        sys.path[0:0] = [here, *args.path]
-        from channel import receive, send  # type: ignore[import-not-found,no-redef]
-        from loop import Runner  # type: ignore[import-not-found,no-redef]
-    import importlib
-
-    for name in filter(None, args.preload.split(",")):
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - optional DSLs
-            continue
-    sock = socket.socket(fileno=args.sock_fd)
-    flag = mmap.mmap(args.flag_fd, mmap.PAGESIZE) if args.flag_fd >= 0 else None
-    runner = plain_runner(Runner, args.device) if args.plain else Runner(sock, args.device, flag)
-    send(sock, {"op": "ready"})
-    message, fds = receive(sock)
-    try:
-        result = worker_calls(runner, message, fds, args.plain)
-    except Exception as exc:  # noqa: BLE001 - reported to the driver
-        result = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-    send(sock, {"op": "benched", **result})
-    return 0
-
-
-# -- the driver -----------------------------------------------------------------------------
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FILES = {
     "cpu": ("p28", "cute", REPO / "tests/grading/fixtures/honest/p28_plain.py"),
     "cuda": ("p28", "cute", REPO / "problems/solutions/p28_cute.py"),
@@ -318,7 +136,7 @@ def worker_layer(layer: str, ctx: Context) -> dict[str, Any]:
 
     if layer == "plain":
         judge_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [sys.executable, __file__, "--sock-fd", str(worker_end.fileno())]
+        argv = [sys.executable, str(WORKER), "--sock-fd", str(worker_end.fileno())]
         popen = subprocess.Popen(
             [*argv, "--device", ctx.args.device, "--plain"],
             pass_fds=[worker_end.fileno()],
@@ -329,7 +147,7 @@ def worker_layer(layer: str, ctx: Context) -> dict[str, Any]:
     else:
         python = str(ctx.wrapper) if layer == "namespaces" else sys.executable
         options = RunnerOptions(ctx.args.device, dsl=ctx.dsl, jail=layer == "jail", python=python)
-        proc = RunnerProcess.spawn(options, main=Path(__file__).resolve())
+        proc = RunnerProcess.spawn(options, main=WORKER)
     try:
         proc.wait_ready()
         message = {
@@ -357,6 +175,7 @@ def socket_layer(layer: str, ctx: Context) -> dict[str, Any]:
     """The real runner over its socket: a minimal judge (``channel``) or its waits too."""
     from engine.grading.judge.call_trace import cpu_time_ns
     from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess, process_tree
+    from engine.grading.judge.state import CALL_GAP_SPIN_MS
     from engine.grading.judge.wire import Transport
     from engine.grading.runner.channel import send
 
@@ -380,7 +199,10 @@ def socket_layer(layer: str, ctx: Context) -> dict[str, Any]:
         transport = Transport(ctx.cuda, lambda m: proc.request(m, deadline)[0])
         leaf = process_tree(proc.pid)[-1]
         clock = time.perf_counter
-        figures: dict[str, list[float]] = {"host": [], "e2e": [], "judge": [], "wall": []}
+        figures: dict[str, list[float]] = {k: [] for k in ("host", "e2e", "judge", "wall", "f")}
+        report: dict[str, Any] = {"op": "report"}
+        if layer == "polling":  # the judge's ask between calls (state.CALL_GAP_SPIN_MS)
+            report["then_spin_s"] = float(CALL_GAP_SPIN_MS) / 1e3
         for i in range(WARM_CALLS + ctx.args.calls):
             if i == WARM_CALLS:
                 cpu_start = cpu_time_ns(leaf) or 0
@@ -391,7 +213,7 @@ def socket_layer(layer: str, ctx: Context) -> dict[str, Any]:
             j0 = clock()
             reply, _ = request({"op": "call", "id": i})
             j1 = clock()
-            _, out_fds = request({"op": "report"})
+            _, out_fds = request(report)
             for fd in out_fds:
                 os.close(fd)
             if i >= WARM_CALLS:
@@ -399,6 +221,7 @@ def socket_layer(layer: str, ctx: Context) -> dict[str, Any]:
                 figures["e2e"].append(reply["ms"] * 1e3)
                 figures["judge"].append((j1 - j0) * 1e6)
                 figures["wall"].append((clock() - w0) * 1e6)
+                figures["f"].append(reply.get("faults", 0))
         cpu = ((cpu_time_ns(leaf) or 0) - cpu_start) / ctx.args.calls / 1e3
         status = proc_status(leaf)
         transport.close()
@@ -410,6 +233,7 @@ def socket_layer(layer: str, ctx: Context) -> dict[str, Any]:
         "cpu_us": round(cpu, 3),
         "wall_us": _median(figures["wall"]),
         "judge_call_us": _median(figures["judge"]),
+        "faults": _median(figures["f"]),
         "status": status,
     }
 
@@ -432,14 +256,15 @@ async def grader_layer(backend: Any, ctx: Context) -> dict[str, Any]:
         "host_us": _median(pick("host_ms")),
         "e2e_us": _median(pick("ms")),
         "cpu_us": _median(pick("runner_cpu_ms")),
-        "wall_us": None,
+        "wall_us": _median(pick("cycle_ms")),
         "judge_call_us": _median(pick("judge_ms")),
+        "faults": _median([r["faults"] for r in rows if isinstance(r.get("faults"), int)]),
         "verdict": feedback.get("verdict"),
         "speedup": feedback.get("speedup"),
     }
 
 
-METRICS = ("host_us", "e2e_us", "cpu_us", "wall_us", "judge_call_us")
+METRICS = ("host_us", "e2e_us", "cpu_us", "wall_us", "judge_call_us", "faults")
 
 
 def summarize(rows: list[dict[str, Any]], layers: list[str]) -> dict[str, Any]:
@@ -556,7 +381,6 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     import asyncio
 
-    sys.path.insert(0, str(REPO))
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("out")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -571,6 +395,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if "--sock-fd" in sys.argv:  # the worker, in a runner's place
-        sys.exit(worker_main(sys.argv[1:]))
     sys.exit(main())

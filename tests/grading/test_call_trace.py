@@ -47,8 +47,9 @@ def test_each_row_has_the_runners_cpu_time_and_the_cycle_since_the_last() -> Non
     end = time.thread_time() + 0.02
     while time.thread_time() < end:
         pass
-    trace.add({"ms": 0.5, "host_ms": 0.1}, judge_ms=0.6)
-    second = trace.summary()["rows"][1]
+    trace.add({"ms": 0.5, "host_ms": 0.1, "faults": 3}, judge_ms=0.6)
+    first, second = trace.summary()["rows"]
+    assert first["faults"] is None and second["faults"] == 3  # the runner's count, if any
     assert 18 <= second["runner_cpu_ms"] < 2000, second
     assert second["cycle_ms"] >= second["runner_cpu_ms"] - 1, second
 

@@ -46,3 +46,20 @@ def test_the_runner_maps_it_once_and_reads_each_calls_inputs_from_it() -> None:
         assert faulted <= 4, faulted  # 256 pages: faulted in while staging, not here
     assert runner.region is mapped  # the second and third stages sent no memfd
     transport.close()
+
+
+def test_the_runner_reports_the_page_faults_inside_a_call() -> None:
+    """The ``faults`` of a call's answer (for the call trace): none for a call that reads its
+    staged inputs, thousands for one that touches 8 MiB of fresh memory."""
+    transport = Transport(False, None)
+    runner = Runner(None, "cpu", None)  # type: ignore[arg-type]
+    shipment = transport.ship([torch.ones(256 * 1024)])
+    runner.pending = runner.build_inputs(shipment.layout, shipment.fds)
+    runner.solve = lambda x: x.sum()
+    runner.call({"id": 0})  # torch's first use
+    for fresh, low, high in ((False, 0, 4), (True, 1500, 10**6)):
+        runner.pending = runner.last_inputs
+        runner.solve = (lambda x: bytearray(8 << 20)) if fresh else (lambda x: x.sum())
+        reply = runner.call({"id": 1})
+        assert low <= reply["faults"] <= high, reply
+    transport.close()

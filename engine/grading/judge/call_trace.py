@@ -1,14 +1,14 @@
 """A per-call trace of the timed calls, for finding where small calls' time goes (off by
 default: ``EvalConfig.call_trace``).
 
-For each timed call the judge keeps the runner's figure and host time, its own clock, the CPU
-the runner's process and the judge last ran on (``/proc/PID/stat``, read by the judge after
-the call, outside every clock), the runner's CPU time and the judge's wall time over the
-whole call cycle since the previous row (checks, inputs, staging, call, report:
-``runner_cpu_ms`` from ``/proc/PID/task/*/schedstat``, ``cycle_ms``) and, over the whole
-phase, the hypervisor's steal ticks per CPU (``/proc/stat``). Informational only: nothing here
-enters a score or a verdict, and the runner is not asked for anything (its own figures are
-already in its ``done`` reply).
+For each timed call the judge keeps the runner's figure, host time and page faults in the call,
+its own clock, the CPU the runner's process and the judge last ran on (``/proc/PID/stat``, read
+by the judge after the call, outside every clock), the runner's CPU time and the judge's wall
+time over the whole call cycle since the previous row (checks, inputs, staging, call, report:
+``runner_cpu_ms`` from ``/proc/PID/task/*/schedstat``, ``cycle_ms``) and, over the whole phase,
+the hypervisor's steal ticks per CPU (``/proc/stat``). Informational only: nothing here enters
+a score or a verdict, and the runner is not asked for anything (its own figures are already in
+its ``done`` reply).
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ class CallTrace:
                 "judge_ms": round(judge_ms, 4),
                 "runner_cpu": cpu_of(self.runner_pid),
                 "judge_cpu": cpu_of("self"),
+                "faults": reply["faults"] if type(reply.get("faults")) is int else None,
                 "runner_cpu_ms": runner_cpu_ms,
                 "cycle_ms": cycle_ms,
             }

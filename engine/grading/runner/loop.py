@@ -12,8 +12,8 @@ reference outputs, tolerances, future seeds or check plan. It answers the judge 
 * ``warm`` → ``warmed`` (or ``error``): an untimed call on the last call's inputs, its outputs
   dropped, sent before the judge writes the next call's inputs (``EvalConfig.warm_calls``);
 * ``call`` → ``done`` (the judge's clock runs from this request to this answer): its own
-  timing figure, the host time until ``solve`` returned, DSL launches seen by the hooks,
-  native thread count; or ``error``;
+  timing figure, the host time until ``solve`` returned, its page faults, DSL launches seen
+  by the hooks, native thread count; or ``error``;
 * ``report`` → ``outputs``: where the outputs lie (CPU leaves copied into a memfd, CUDA leaves
   as IPC handles into the runner's own allocations); after a warm-up or timed call the judge
   adds ``then_spin_s``: on a GPU the runner polls that long (at most ``channel.MAX_SPIN_S``)
@@ -56,6 +56,7 @@ if __package__:
         CudaExporter,
         is_memory_error,
         limit_address_space,
+        minor_faults,
         native_threads,
         python_threads,
         steady_heap,
@@ -73,6 +74,7 @@ else:  # run as a script in the jail: its zone's other files lie beside it
         CudaExporter,
         is_memory_error,
         limit_address_space,
+        minor_faults,
         native_threads,
         python_threads,
         steady_heap,
@@ -242,6 +244,7 @@ class Runner:
         self.last_inputs = inputs
         before = self.counter.count if self.counter is not None else 0
         solve = self.solve
+        faults = minor_faults()  # outside the clock: page faults inside the call, for the trace
         try:
             if self.cuda:
                 # wall clock from the call to the end of a device-wide synchronize: a CUDA
@@ -265,6 +268,7 @@ class Runner:
                 "error": short_traceback(exc),
                 "memory": is_memory_error(exc),
             }
+        faults = minor_faults() - faults
         self.last = out
         launches = self.counter.count - before if self.counter is not None else None
         return {
@@ -272,6 +276,7 @@ class Runner:
             "id": message["id"],
             "ms": ms,
             "host_ms": host_ms,
+            "faults": faults,
             "launches": launches,
             "threads": native_threads(),
             "py_threads": python_threads(),

@@ -19,6 +19,14 @@ def is_memory_error(exc: BaseException) -> bool:
     )
 
 
+def minor_faults() -> int:
+    """Page faults of the calling thread so far (``RUSAGE_THREAD``; the process's elsewhere)."""
+    import resource
+
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    return resource.getrusage(who).ru_minflt
+
+
 def python_threads() -> int:
     import threading
 
