@@ -5,19 +5,15 @@ reference outputs, tolerances, future seeds or check plan. It answers the judge 
 ``SOCK_SEQPACKET`` socket with JSON messages (file descriptors ride along as ``SCM_RIGHTS``):
 
 * ``load`` (+ memfd with the source) → ``loaded`` (or the import error as text);
-* ``alloc`` (GPU) → ``buffers``: device buffers the runner allocates and exports by CUDA IPC,
-  which the judge imports and fills with the inputs;
-* ``stage`` (+ memfd with CPU inputs when the judge made a new one; without, the one mapped
-  before holds them) → ``staged``: the next call's inputs are built;
+* ``alloc`` (GPU) → ``buffers``: input buffers the runner allocates and exports by CUDA IPC;
+* ``stage`` (+ a memfd for CPU inputs when the judge made a new one) → ``staged``;
 * ``warm`` → ``warmed`` (or ``error``): an untimed call on the last call's inputs, its outputs
   dropped, sent before the judge writes the next call's inputs (``EvalConfig.warm_calls``);
 * ``call`` → ``done`` (the judge's clock runs from this request to this answer): its own
   timing figure, the host time until ``solve`` returned, its page faults, DSL launches seen
   by the hooks, native thread count; or ``error``;
-* ``report`` → ``outputs``: where the outputs lie (CPU leaves copied into a memfd, CUDA leaves
-  as IPC handles into the runner's own allocations); after a warm-up or timed call the judge
-  adds ``then_spin_s``: on a GPU the runner polls that long (at most ``channel.MAX_SPIN_S``)
-  for the next request before it blocks;
+* ``report`` (``then_spin_s``: how long to poll for the next request before blocking, on a
+  GPU) → ``outputs``: CPU leaves copied into a memfd, CUDA leaves as IPC handles;
 * ``audit`` → ``audited``: kernel names a profiled call ran;
 * ``profile`` → ``profiled``: GPU time per call and each call's span, from ``span_calls``
   profiled calls of the last inputs (informational); ``exit``.
@@ -45,43 +41,20 @@ import traceback
 from typing import Any
 
 if __package__:
-    from engine.grading.runner.channel import (
-        SPIN_S,
-        receive,
-        send,
-        spin_after,
-        spin_until_readable,
-    )
-    from engine.grading.runner.process import (
-        CudaExporter,
-        is_memory_error,
-        limit_address_space,
-        minor_faults,
-        native_threads,
-        python_threads,
-        steady_heap,
-    )
+    from engine.grading.runner import channel, process
 else:  # run as a script in the jail: its zone's other files lie beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from channel import (  # type: ignore[import-not-found,no-redef]
-        SPIN_S,
-        receive,
-        send,
-        spin_after,
-        spin_until_readable,
-    )
-    from process import (  # type: ignore[import-not-found,no-redef]
-        CudaExporter,
-        is_memory_error,
-        limit_address_space,
-        minor_faults,
-        native_threads,
-        python_threads,
-        steady_heap,
-    )
+    import channel  # type: ignore[import-not-found,no-redef]
+    import process  # type: ignore[import-not-found,no-redef]
 
-# when the runner first attaches the profiler: "late" (after the timed calls) or "early"
-PROFILER_START = os.environ.get("MKB_PROFILER_START", "late")
+SPIN_S, receive, send = channel.SPIN_S, channel.receive, channel.send
+spin_after, spin_until_readable = channel.spin_after, channel.spin_until_readable
+CudaExporter, is_memory_error = process.CudaExporter, process.is_memory_error
+limit_address_space, minor_faults = process.limit_address_space, process.minor_faults
+native_threads, python_threads = process.native_threads, process.python_threads
+steady_heap = process.steady_heap
+
+PROFILER_START = os.environ.get("MKB_PROFILER_START", "late")  # CUPTI after the timed calls
 MAX_WARM_S = 0.05  # the longest warm-up spin a "stage" request may ask for
 MAX_ERROR_CHARS = 2000
 ALIGN = 64
@@ -244,7 +217,7 @@ class Runner:
         self.last_inputs = inputs
         before = self.counter.count if self.counter is not None else 0
         solve = self.solve
-        faults = minor_faults()  # outside the clock: page faults inside the call, for the trace
+        faults = minor_faults()  # outside the clock: the call's page faults (the call trace)
         try:
             if self.cuda:
                 # wall clock from the call to the end of a device-wide synchronize: a CUDA
@@ -413,10 +386,10 @@ class Runner:
             self.sock,
             {"op": "ready", "threads": native_threads(), "py_threads": python_threads()},
         )
-        budget = SPIN_S
+        budget = SPIN_S  # a GPU runner polls first (a CPU host has too few cores to spare)
         while True:
-            if self.cuda:  # the next request usually follows at once (a CPU host has cores
-                spin_until_readable(self.sock, budget)  # too few: the preview never scores)
+            if self.cuda:
+                spin_until_readable(self.sock, budget)
             message, fds = receive(self.sock)
             budget = spin_after(message)  # longer after a timed call's report, if asked
             try:
