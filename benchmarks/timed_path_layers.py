@@ -146,7 +146,9 @@ def worker_layer(layer: str, ctx: Context) -> dict[str, Any]:
         proc = RunnerProcess(judge_end, popen.pid, mmap.mmap(-1, mmap.PAGESIZE), popen)
     else:
         python = str(ctx.wrapper) if layer == "namespaces" else sys.executable
-        options = RunnerOptions(ctx.args.device, dsl=ctx.dsl, jail=layer == "jail", python=python)
+        options = RunnerOptions(
+            ctx.args.device, dsl=ctx.dsl, jail=layer in ("jail", "loop"), python=python
+        )
         proc = RunnerProcess.spawn(options, main=WORKER)
     try:
         proc.wait_ready()
