@@ -74,3 +74,38 @@ def test_the_judge_asks_for_it_between_calls_only(monkeypatch: pytest.MonkeyPatc
     assert evaluation.report_message() == {"op": "report"}
     monkeypatch.setenv("MKB_CALL_GAP_SPIN_MS", "junk")
     assert evaluation.report_message() == {"op": "report"}
+
+
+def test_the_judge_asks_through_the_warm_up_and_timed_calls_and_no_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Judge.timed_calls`` holds ``between_calls`` through its warm-up and timed calls (so
+    their reports ask for the poll) and drops it before the score is settled."""
+    from engine.grading.judge.judge import Judge
+    from engine.grading.judge.output_checks import Draw
+
+    class Channel:
+        def send(self, kind: str, data: Any) -> None:
+            pass
+
+    job = make_job(GradeRequest("p28", "cute", "x"), "cpu", EvalConfig(), "/t")
+    evaluation = Evaluation.from_job(job, Channel())
+    judge = Judge(evaluation, options=None)  # type: ignore[arg-type]
+    seen: list[bool] = []
+
+    def call(seed: int, timed: bool = False, warm: bool = False) -> Draw:
+        seen.append(evaluation.report_message(None).get("then_spin_s") == 0.1)
+        return Draw(None, [])
+
+    monkeypatch.delenv("MKB_CALL_GAP_SPIN_MS", raising=False)
+    monkeypatch.setattr(judge, "call", call)
+    monkeypatch.setattr(judge.checks, "check_sampled", lambda *a: None)
+    monkeypatch.setattr(judge.checks, "check_anchor", lambda *a: True)
+    settled: list[bool] = []
+    monkeypatch.setattr(
+        judge.clock, "settle_timing", lambda: settled.append(evaluation.between_calls)
+    )
+    expected = {s: None for s in [*job["seeds"]["warmup"], *job["seeds"]["timed"]]}
+    judge.timed_calls(runner=type("R", (), {"pid": 1})(), expected=expected)  # type: ignore[arg-type]
+    assert seen == [True] * len(expected)
+    assert settled == [False] and evaluation.report_message() == {"op": "report"}
