@@ -132,16 +132,19 @@ def worker_layer(layer: str, ctx: Context) -> dict[str, Any]:
     """One in-process layer: a worker started as that layer's runner, its calls' figures."""
     import subprocess
 
+    from engine.grading.judge import placement
     from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess
 
     if layer == "plain":
+        share = placement.from_env()  # what place() handed down, if anything
         judge_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, str(WORKER), "--sock-fd", str(worker_end.fileno())]
-        popen = subprocess.Popen(
-            [*argv, "--device", ctx.args.device, "--plain"],
-            pass_fds=[worker_end.fileno()],
-            cwd=ctx.wrapper.parent,
-        )
+        with placement.spawning_on(share.runner if share is not None else None):
+            popen = subprocess.Popen(  # on the runner's CPUs, as spawn places the runners
+                [*argv, "--device", ctx.args.device, "--plain"],
+                pass_fds=[worker_end.fileno()],
+                cwd=ctx.wrapper.parent,
+            )
         worker_end.close()
         proc = RunnerProcess(judge_end, popen.pid, mmap.mmap(-1, mmap.PAGESIZE), popen)
     else:
