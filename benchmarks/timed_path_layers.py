@@ -321,6 +321,28 @@ def place(ctx: Context) -> Any:
     return share
 
 
+def write_summary(
+    out: Path, rows: list[dict[str, Any]], layers: list[str], ctx: Context, share: Any
+) -> dict[str, Any]:
+    """OUT.summary.json from the rows so far (written after every round)."""
+    args = ctx.args
+    summary = {
+        "device": args.device,
+        "preview": not ctx.cuda,
+        "problem": ctx.problem_id,
+        "dsl": ctx.dsl,
+        "file": args.file or str(DEFAULT_FILES[args.device][2].relative_to(REPO)),
+        "rounds": args.rounds,
+        "calls": args.calls,
+        "placement": None if share is None else {"runner": sorted(share.runner)},
+        "cpus": os.cpu_count(),
+        "load": [r["load"] for r in rows],
+        "layers": summarize(rows, layers),
+    }
+    Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
 async def run(args: argparse.Namespace) -> int:
     import asyncio
     import tempfile
@@ -362,24 +384,11 @@ async def run(args: argparse.Namespace) -> int:
                     sink.write(json.dumps(row) + "\n")
                     sink.flush()
                     print(json.dumps({k: row.get(k) for k in ("round", "layer", *METRICS)}))
+                write_summary(out, rows, layers, ctx, share)  # each round: a cut-off run keeps one
     finally:
         if backend is not None:
             await backend.close()
-    summary = {
-        "device": args.device,
-        "preview": not ctx.cuda,
-        "problem": ctx.problem_id,
-        "dsl": ctx.dsl,
-        "file": args.file or str(DEFAULT_FILES[args.device][2].relative_to(REPO)),
-        "rounds": args.rounds,
-        "calls": args.calls,
-        "placement": None if share is None else {"runner": sorted(share.runner)},
-        "cpus": os.cpu_count(),
-        "load": [r["load"] for r in rows],
-        "layers": summarize(rows, layers),
-    }
-    Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=1))
-    print(json.dumps(summary["layers"], indent=1))
+    print(json.dumps(write_summary(out, rows, layers, ctx, share)["layers"], indent=1))
     return 0
 
 
