@@ -10,8 +10,11 @@
 #
 #   host       the quiet path: where a small call's host time goes in a plain process (hooks,
 #              CUPTI attached, CUPTI recording, CUPTI detached), p28/p36 both DSLs  (~4 min)
+#   layers     the timed path one layer at a time (plain, runner, namespaces, jail, loop,
+#              channel, polling, grader), p28 CuTe, 2 rounds: where the runner's host time
+#              per call goes (benchmarks/timed_path_layers.py)                       (~3 min)
 #   quiet      the grader against a plain process, p28/p36 both DSLs, 3 rounds, with the
-#              old profiler order and without CPU placement beside the default; the span
+#              old 10 ms poll between calls and without CPU placement beside the default; the span
 #              speedups and A/A bands come with it                                  (~8 min)
 #   quiet25    the same for p25 (~50 µs calls), 3 rounds                           (~4 min)
 #   p52        the same for p52 (2 ms calls): A/A bands and span vs end to end      (~4 min)
@@ -28,7 +31,7 @@ STEP=${1:?usage: $0 STEP OUT (or: $0 list)}
 OUT=${2:-}
 S=problems/solutions
 if [ "$STEP" = list ]; then
-  sed -n '10,25p' "$0" | sed 's/^#//'
+  sed -n '10,28p' "$0" | sed 's/^#//'
   exit 0
 fi
 : "${OUT:?OUT is required}"
@@ -37,13 +40,16 @@ case "$STEP" in
   host)
     python3 benchmarks/host_overhead_gpu.py "$OUT/host_overhead.jsonl" \
       $S/p28_cute.py $S/p28_tirx.py $S/p36_cute.py $S/p36_tirx.py --rounds 3 ;;
+  layers)
+    timeout 290 python3 benchmarks/timed_path_layers.py "$OUT/layers.jsonl" --device cuda \
+      --rounds 2 --calls 100 ;;
   quiet)
     python3 benchmarks/grader_vs_plain_gpu.py "$OUT/quiet.jsonl" \
       $S/p28_cute.py $S/p28_tirx.py $S/p36_cute.py $S/p36_tirx.py \
-      --rounds 3 --variant profiler-early --variant no-placement ;;
+      --rounds 3 --variant no-gap-spin --variant no-placement ;;
   quiet25)
     python3 benchmarks/grader_vs_plain_gpu.py "$OUT/quiet25.jsonl" $S/p25_cute.py $S/p25_tirx.py \
-      --rounds 3 --variant profiler-early --variant no-placement ;;
+      --rounds 3 --variant no-gap-spin --variant no-placement ;;
   p52)
     python3 benchmarks/grader_vs_plain_gpu.py "$OUT/p52.jsonl" $S/p52_cute.py $S/p52_tirx.py \
       --rounds 5 --calls 20 ;;

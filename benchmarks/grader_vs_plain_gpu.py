@@ -10,7 +10,8 @@ without judge, jail or socket, then with the DSL launch hooks installed) and one
 a warm local backend (a fresh runner per grading, as in an experiment); ``--unjailed`` adds one
 grading without the jail (``unsafe_no_jail``) to see the jail's share, and ``--variant V``
 (repeatable) one grading with that variant (``VARIANTS``: the profiler attached at the
-runner's start as before, no CPU placement). Every row goes to
+runner's start as before, no CPU placement, the runner's 10 ms poll between calls as before).
+Every row goes to
 OUT.jsonl as it comes; the summary (per file: both medians and spreads, the runner's and the
 plain process's host µs per call, and where the difference goes) is printed at the end and
 written beside it as OUT.summary.json. On the CPU (``--device cpu``) it is a PREVIEW of the
@@ -45,6 +46,9 @@ VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
     "profiler-early": (lambda: EvalConfig(env={"MKB_PROFILER_START": "early"}), {}),
     # no CPU placement (judge/placement.py): runner and judge left to the scheduler
     "no-placement": (EvalConfig, {"cpu_placement": "off"}),
+    # the runner polls 10 ms after a timed call's report, as before the call-gap poll
+    # (judge/state.py CALL_GAP_SPIN_MS)
+    "no-gap-spin": (lambda: EvalConfig(env={"MKB_CALL_GAP_SPIN_MS": "0"}), {}),
 }
 
 

@@ -44,6 +44,7 @@ def test_the_gpu_steps_include_the_throughput_run() -> None:
         ["bash", str(BENCH / "gpu_pending.sh"), "list"], capture_output=True, text=True, check=True
     ).stdout
     assert re.search(r"^\s+throughput\s", steps, re.MULTILINE)
+    assert re.search(r"^\s+layers\s.*timed path", steps, re.MULTILINE)  # timed_path_layers.py
 
 
 def test_the_throughput_mix_is_solutions_toml_on_a_gpu_and_honest_stand_ins_on_a_cpu() -> None:

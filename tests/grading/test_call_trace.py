@@ -5,9 +5,10 @@ absence when not asked in test_breakdown."""
 from __future__ import annotations
 
 import os
+import time
 
 from engine.grading.api import GradeRequest
-from engine.grading.judge.call_trace import MAX_ROWS, CallTrace, cpu_of, steal_ticks
+from engine.grading.judge.call_trace import MAX_ROWS, CallTrace, cpu_of, cpu_time_ns, steal_ticks
 from engine.grading.options import EvalConfig
 from engine.grading.parent.evaluate import make_job
 
@@ -35,6 +36,22 @@ def test_trace_keeps_sane_figures_and_stops_at_its_cap() -> None:
     assert first["ms"] is None and second["ms"] == 0.5  # junk from a runner is dropped
     assert second["judge_ms"] == 0.6123 and second["runner_cpu"] is not None
     assert out["cpus"] == os.cpu_count()
+
+
+def test_each_row_has_the_runners_cpu_time_and_the_cycle_since_the_last() -> None:
+    """The runner (here this process) busy for ~20 ms of CPU between two rows: the second
+    row's ``runner_cpu_ms`` and ``cycle_ms`` hold it."""
+    assert cpu_time_ns(2**22 + 12345) is None  # no such process
+    trace = CallTrace(os.getpid())
+    trace.add({"ms": 0.5, "host_ms": 0.1}, judge_ms=0.6)
+    end = time.thread_time() + 0.02
+    while time.thread_time() < end:
+        pass
+    trace.add({"ms": 0.5, "host_ms": 0.1, "faults": 3}, judge_ms=0.6)
+    first, second = trace.summary()["rows"]
+    assert first["faults"] is None and second["faults"] == 3  # the runner's count, if any
+    assert 18 <= second["runner_cpu_ms"] < 2000, second
+    assert second["cycle_ms"] >= second["runner_cpu_ms"] - 1, second
 
 
 def test_the_job_carries_the_diagnostic_settings() -> None:

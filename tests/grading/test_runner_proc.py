@@ -47,3 +47,32 @@ def test_a_runner_started_for_a_job_preloads_its_dsl_only_and_a_spare_both() -> 
         assert options.dsl == dsl and preload_modules(options) == modules
     assert preload_modules(RunnerOptions(device="cuda")) == "cutlass,cutlass.cute,tvm,tvm_ffi"
     assert preload_modules(RunnerOptions(device="cuda", dsl="cute", preload_dsls=False)) == ""
+
+
+MAIN = """
+import argparse, json, os, socket
+parser = argparse.ArgumentParser()
+parser.add_argument("--sock-fd", type=int)
+args, _ = parser.parse_known_args()
+here = sorted(os.listdir(os.path.dirname(os.path.abspath(__file__))))
+socket.socket(fileno=args.sock_fd).send(json.dumps({"op": "ready", "files": here}).encode())
+"""
+
+
+@pytest.mark.parametrize("jail", [False, True])
+def test_a_runner_can_start_another_main_beside_its_files(tmp_path, jail: bool) -> None:  # type: ignore[no-untyped-def]
+    """``spawn(main=...)`` (the layer benchmark's worker): that script runs in loop.py's place,
+    from a folder holding the runner's files and it, jailed or not."""
+    from engine.grading.judge.runner_proc import RUNNER_FILES, RunnerProcess
+    from engine.sandbox import jail as jails
+
+    if jail and jails.jail_problem() is not None:
+        pytest.skip(f"no jail here: {jails.jail_problem()}")
+    main = tmp_path / "bench_main.py"
+    main.write_text(MAIN)
+    runner = RunnerProcess.spawn(RunnerOptions("cpu", preload_dsls=False, jail=jail), main=main)
+    try:
+        ready = runner.wait_ready(60)
+    finally:
+        runner.close()
+    assert set(ready["files"]) >= {*RUNNER_FILES, "bench_main.py"}

@@ -1,17 +1,21 @@
 """A per-call trace of the timed calls, for finding where small calls' time goes (off by
 default: ``EvalConfig.call_trace``).
 
-For each timed call the judge keeps the runner's figure and host time, its own clock, the CPU
-the runner's process and the judge last ran on (``/proc/PID/stat``, read by the judge after
-the call, outside every clock) and, over the whole phase, the hypervisor's steal ticks per
-CPU (``/proc/stat``). Informational only: nothing here enters a score or a verdict, and the
-runner is not asked for anything (its own figures are already in its ``done`` reply).
+For each timed call the judge keeps the runner's figure, host time and page faults in the call,
+its own clock, the CPU the runner's process and the judge last ran on (``/proc/PID/stat``, read
+by the judge after the call, outside every clock), the runner's CPU time and the judge's wall
+time over the whole call cycle since the previous row (checks, inputs, staging, call, report:
+``runner_cpu_ms`` from ``/proc/PID/task/*/schedstat``, ``cycle_ms``) and, over the whole phase,
+the hypervisor's steal ticks per CPU (``/proc/stat``). Informational only: nothing here enters
+a score or a verdict, and the runner is not asked for anything (its own figures are already in
+its ``done`` reply).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Any
 
 from engine.grading.judge.breakdown import sane_ms
@@ -30,6 +34,18 @@ def cpu_of(pid: int | str) -> int | None:
     with contextlib.suppress(IndexError, ValueError):
         return int(fields[36])  # field 39 counted from 1, after pid and (comm)
     return None
+
+
+def cpu_time_ns(pid: int | str) -> int | None:
+    """CPU time of every thread of ``pid`` in ns (``schedstat``), or None where unreadable."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
 
 
 def steal_ticks() -> dict[int, int]:
@@ -58,10 +74,18 @@ class CallTrace:
         self.runner_pid = tree[-1] if tree else runner_pid  # the jailed python is the leaf
         self.rows: list[dict[str, Any]] = []
         self.steal_start = steal_ticks()
+        self.last_cpu_ns = cpu_time_ns(self.runner_pid)
+        self.last_wall = time.perf_counter()
 
     def add(self, reply: dict[str, Any], judge_ms: float) -> None:
         if len(self.rows) >= MAX_ROWS:
             return
+        cpu_ns, wall = cpu_time_ns(self.runner_pid), time.perf_counter()
+        runner_cpu_ms = None
+        if cpu_ns is not None and self.last_cpu_ns is not None:
+            runner_cpu_ms = round((cpu_ns - self.last_cpu_ns) / 1e6, 4)
+        cycle_ms = round((wall - self.last_wall) * 1e3, 4)
+        self.last_cpu_ns, self.last_wall = cpu_ns, wall
         self.rows.append(
             {
                 "ms": sane_ms(reply.get("ms")),
@@ -69,6 +93,9 @@ class CallTrace:
                 "judge_ms": round(judge_ms, 4),
                 "runner_cpu": cpu_of(self.runner_pid),
                 "judge_cpu": cpu_of("self"),
+                "faults": reply["faults"] if type(reply.get("faults")) is int else None,
+                "runner_cpu_ms": runner_cpu_ms,
+                "cycle_ms": cycle_ms,
             }
         )
 

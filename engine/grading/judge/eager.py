@@ -110,7 +110,7 @@ class EagerPhase:
         if reply.get("op") != "done":
             raise RuntimeError(f"the eager reference failed: {reply.get('error')}")
         call_gap = judge_ms - float(reply["ms"])
-        report, fds, report_ms = reference.timed({"op": "report"}, deadline)
+        report, fds, report_ms = reference.timed(evaluation.report_message(True), deadline)
         judge_ms += report_ms  # the clock runs until the outputs are described
         out, _ = transport.fetch(report.get("outputs"), fds)
         for fd in fds:

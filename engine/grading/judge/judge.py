@@ -166,6 +166,7 @@ class Judge:
         seeds, warm = evaluation.job["seeds"], evaluation.warm_calls
         evaluation.phase("warmup")
         start = _monotonic()
+        evaluation.between_calls = True  # the runner polls between these calls (state.py)
         for i, seed in enumerate(seeds["warmup"]):
             checks.check_sampled(self.call(seed, warm=warm).out, expected[seed], "warmup", i)
         evaluation.timed("warmup", start)
@@ -180,6 +181,7 @@ class Judge:
             if i in rechecks and not checks.check_anchor(draw, "recheck", i):
                 raise checks.rejection_for("recheck")
             del draw  # not held while the next draw is made
+        evaluation.between_calls = False
         evaluation.timed("timing", start)
         start = _monotonic()
         self.clock.settle_timing()  # with the submission's profiled breakdown
@@ -338,7 +340,9 @@ class Judge:
 
         evaluation = self.evaluation
         assert evaluation.runner is not None
-        report, fds, report_ms = evaluation.runner.timed({"op": "report"}, evaluation.deadline)
+        report, fds, report_ms = evaluation.runner.timed(
+            evaluation.report_message(), evaluation.deadline
+        )
         try:
             if report.get("op") != "outputs":
                 raise Rejected("runner.protocol", "the runner did not report its outputs")

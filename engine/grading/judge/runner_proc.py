@@ -148,15 +148,19 @@ class RunnerProcess:
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
-    def spawn(cls, options: RunnerOptions) -> RunnerProcess:
-        """Start a fresh submission runner (jailed unless told otherwise); not yet ready."""
+    def spawn(cls, options: RunnerOptions, main: Path | None = None) -> RunnerProcess:
+        """Start a fresh submission runner (jailed unless told otherwise); not yet ready.
+        ``main``: a script run in ``loop.py``'s place, copied beside the runner's files (the
+        layer benchmark, ``benchmarks/timed_path_layers.py``; never a grading)."""
         judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         switch_fd = os.memfd_create("mkb-bypass")
         os.ftruncate(switch_fd, mmap.PAGESIZE)
         switch = mmap.mmap(switch_fd, mmap.PAGESIZE)
         scratch = tempfile.mkdtemp(prefix="mkb-runner-")
-        for name in RUNNER_FILES:
-            shutil.copyfile(RUNNER_DIR / name, Path(scratch) / name)
+        sources = [RUNNER_DIR / name for name in RUNNER_FILES] + ([main] if main else [])
+        for source in sources:
+            shutil.copyfile(source, Path(scratch) / source.name)
+        script = main.name if main else RUNNER_MAIN
         workdir = Path(scratch) / "work"
         workdir.mkdir()
         args = [
@@ -179,7 +183,7 @@ class RunnerProcess:
             os.chmod(scratch, 0o755)
             spec = jail.JailSpec(
                 ro=[(p, p) for p in jail.python_mounts(options.python, exclude=[str(_repo())])]
-                + [(scratch + "/" + n, f"{JAIL_RUNNER_DIR}/{n}") for n in RUNNER_FILES]
+                + [(f"{scratch}/{p.name}", f"{JAIL_RUNNER_DIR}/{p.name}") for p in sources]
                 + [(path, path) for path in options.paths],
                 rw=[(str(workdir), JAIL_WORKDIR)],
                 devices=jail.gpu_device_nodes() if options.device == "cuda" else [],
@@ -191,11 +195,11 @@ class RunnerProcess:
             if os.geteuid() == 0:  # the jailed uid must be able to write its workdir
                 os.chown(workdir, spec.uid, spec.gid)
             argv = jail.jail_argv(
-                spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/{RUNNER_MAIN}", *args]
+                spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/{script}", *args]
             )
             cwd = "/"
         else:
-            argv = [options.python, "-I", str(Path(scratch) / RUNNER_MAIN), *args]
+            argv = [options.python, "-I", str(Path(scratch) / script), *args]
             cwd = str(workdir)
         log = open(Path(scratch) / "runner.log", "wb")  # noqa: SIM115 - handed to the child
         share = placement.from_env()  # the slot's CPUs (judge/placement.py), if placed

@@ -7,7 +7,9 @@ each receive these objects in their constructor; nothing else is shared between 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     from engine.grading.judge.runner_proc import RunnerProcess
 
 MAX_ERROR_CHARS = 2000
+# how long a runner polls for the next call after a warm-up or timed call's report (ms; the
+# runner caps it at channel.MAX_SPIN_S): above the judge's 3–13 ms between small calls on the
+# H100 (2026-12-07), below the time a long problem's checks take
+CALL_GAP_SPIN_MS = "100"
 _monotonic = time.monotonic
 
 
@@ -50,6 +56,7 @@ class Evaluation:
     runner: RunnerProcess | None = None
     transport: Any = None  # engine.grading.judge.wire.Transport (imports torch)
     deadline: float = math.inf
+    between_calls: bool = False  # in the warm-up and timed calls (see report_message)
 
     @classmethod
     def from_job(cls, job: dict[str, Any], channel: Sender) -> Evaluation:
@@ -116,6 +123,20 @@ class Evaluation:
         warmup_ms = float(self.job.get("stage_warmup_ms") or 0.0)
         if warmup_ms > 0:
             message["warm_s"] = warmup_ms / 1e3
+        return message
+
+    def report_message(self, between_calls: bool | None = None) -> dict[str, Any]:
+        """The request for a call's outputs. Between warm-up and timed calls (``between_calls``,
+        by default this evaluation's) it asks the runner to poll for the next request for
+        ``then_spin_s`` before it blocks, so that it is not asleep when the next call's inputs
+        come (both sides alike; on a GPU only, where runners poll). ``MKB_CALL_GAP_SPIN_MS``
+        in the judge's environment sets it (A/B runs; 0: the runner's default)."""
+        message: dict[str, Any] = {"op": "report"}
+        if self.between_calls if between_calls is None else between_calls:
+            spin_ms = os.environ.get("MKB_CALL_GAP_SPIN_MS", CALL_GAP_SPIN_MS)
+            with contextlib.suppress(ValueError):
+                if float(spin_ms) > 0:
+                    message["then_spin_s"] = float(spin_ms) / 1e3
         return message
 
     def warm(self, runner: RunnerProcess, deadline: float, side: str) -> None:

@@ -1,7 +1,8 @@
 """The judge's side of the data path to a runner: inputs out, outputs back, as raw memory.
 
-Inputs the judge generated are shipped as bytes: CPU tensors in a memfd the runner maps,
-CUDA tensors copied into device buffers the *runner* allocated and exported by CUDA IPC
+Inputs the judge generated are shipped as bytes: CPU tensors in a memfd the runner maps (one
+kept while the inputs' size holds, as the device buffers are), CUDA tensors copied into device
+buffers the *runner* allocated and exported by CUDA IPC
 (a handle exported by an unprivileged runner imports fine in a root judge; the reverse fails).
 Outputs come back as a plain description (tree, dtype, shape, stride, storage offset) plus
 bytes: CPU leaves in a memfd the runner filled, CUDA leaves as IPC handles into the runner's
@@ -197,6 +198,22 @@ class Transport:
         self.importer = CudaImporter() if cuda else None
         self.sizes: list[int] = []
         self.buffers: list[torch.Tensor] = []
+        self.cpu_region: mmap.mmap | None = None  # the CPU inputs' shared memory, kept
+        self.cpu_size = 0
+
+    def _cpu_region(self, size: int) -> tuple[mmap.mmap, int | None]:
+        """The shared memory the CPU inputs are written into, and the memfd to send along
+        when it is new. One memfd is kept while the inputs' size holds, so the runner maps it
+        once (as it allocates the device buffers once): a fresh one per call had the runner
+        fault every input page in inside the timed call (p28 smoke in CPU preview: 545–796
+        µs per call against 244–313 µs on memory mapped once, docs/grading.md)."""
+        if self.cpu_region is not None and size == self.cpu_size:
+            return self.cpu_region, None
+        fd = os.memfd_create("mkb-in", os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        # the old region is dropped, not closed: earlier shipments' views may still read it
+        self.cpu_region, self.cpu_size = mmap.mmap(fd, size), size
+        return self.cpu_region, fd
 
     def _device_buffers(self, sizes: list[int]) -> list[torch.Tensor]:
         if sizes != self.sizes:
@@ -236,10 +253,9 @@ class Transport:
             descs.append(desc)
         shipment = Shipment(layout, [])
         if cpu_total:
-            fd = os.memfd_create("mkb-in", os.MFD_CLOEXEC)
-            os.ftruncate(fd, cpu_total)
-            shipment.region = mmap.mmap(fd, cpu_total)
-            shipment.fds.append(fd)
+            shipment.region, fd = self._cpu_region(cpu_total)
+            if fd is not None:  # a new region: the runner maps it and keeps it
+                shipment.fds.append(fd)
         cuda_index = 0
         for t, desc in zip(tensors, descs):
             pristine = raw_bytes(t)
@@ -335,5 +351,6 @@ class Transport:
 
     def close(self) -> None:
         self.buffers = []
+        self.cpu_region = None
         if self.importer is not None:
             self.importer.close()

@@ -5,16 +5,15 @@ reference outputs, tolerances, future seeds or check plan. It answers the judge 
 ``SOCK_SEQPACKET`` socket with JSON messages (file descriptors ride along as ``SCM_RIGHTS``):
 
 * ``load`` (+ memfd with the source) → ``loaded`` (or the import error as text);
-* ``alloc`` (GPU) → ``buffers``: device buffers the runner allocates and exports by CUDA IPC,
-  which the judge imports and fills with the inputs;
-* ``stage`` (+ memfd with CPU inputs) → ``staged``: the next call's inputs are built;
+* ``alloc`` (GPU) → ``buffers``: input buffers the runner allocates and exports by CUDA IPC;
+* ``stage`` (+ a memfd for CPU inputs when the judge made a new one) → ``staged``;
 * ``warm`` → ``warmed`` (or ``error``): an untimed call on the last call's inputs, its outputs
   dropped, sent before the judge writes the next call's inputs (``EvalConfig.warm_calls``);
 * ``call`` → ``done`` (the judge's clock runs from this request to this answer): its own
-  timing figure, the host time until ``solve`` returned, DSL launches seen by the hooks,
-  native thread count; or ``error``;
-* ``report`` → ``outputs``: where the outputs lie (CPU leaves copied into a memfd, CUDA leaves
-  as IPC handles into the runner's own allocations);
+  timing figure, the host time until ``solve`` returned, its page faults, DSL launches seen
+  by the hooks, native thread count; or ``error``;
+* ``report`` (``then_spin_s``: how long to poll for the next request before blocking, on a
+  GPU) → ``outputs``: CPU leaves copied into a memfd, CUDA leaves as IPC handles;
 * ``audit`` → ``audited``: kernel names a profiled call ran;
 * ``profile`` → ``profiled``: GPU time per call and each call's span, from ``span_calls``
   profiled calls of the last inputs (informational); ``exit``.
@@ -42,27 +41,20 @@ import traceback
 from typing import Any
 
 if __package__:
-    from engine.grading.runner.channel import receive, send, spin_until_readable
-    from engine.grading.runner.process import (
-        CudaExporter,
-        is_memory_error,
-        limit_address_space,
-        native_threads,
-        python_threads,
-    )
+    from engine.grading.runner import channel, process
 else:  # run as a script in the jail: its zone's other files lie beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from channel import receive, send, spin_until_readable  # type: ignore[import-not-found,no-redef]
-    from process import (  # type: ignore[import-not-found,no-redef]
-        CudaExporter,
-        is_memory_error,
-        limit_address_space,
-        native_threads,
-        python_threads,
-    )
+    import channel  # type: ignore[import-not-found,no-redef]
+    import process  # type: ignore[import-not-found,no-redef]
 
-# when the runner first attaches the profiler: "late" (after the timed calls) or "early"
-PROFILER_START = os.environ.get("MKB_PROFILER_START", "late")
+SPIN_S, receive, send = channel.SPIN_S, channel.receive, channel.send
+spin_after, spin_until_readable = channel.spin_after, channel.spin_until_readable
+CudaExporter, is_memory_error = process.CudaExporter, process.is_memory_error
+limit_address_space, minor_faults = process.limit_address_space, process.minor_faults
+native_threads, python_threads = process.native_threads, process.python_threads
+steady_heap = process.steady_heap
+
+PROFILER_START = os.environ.get("MKB_PROFILER_START", "late")  # CUPTI after the timed calls
 MAX_WARM_S = 0.05  # the longest warm-up spin a "stage" request may ask for
 MAX_ERROR_CHARS = 2000
 ALIGN = 64
@@ -93,6 +85,7 @@ class Runner:
         self.torch = torch
         self.sock = sock
         self.cuda = device == "cuda"
+        self.steady_heap = steady_heap()  # no call faults its scratch memory in again
         self.flag = flag
         self.solve: Any = _calibration_call  # until a submission is loaded (or armed)
         self.armed = armed  # a trusted runner's function, switched on by "arm"
@@ -103,6 +96,7 @@ class Runner:
         self.last: Any = None  # outputs stay alive until the next call
         self.last_inputs: list[Any] = []
         self.pending: list[Any] = []
+        self.region: mmap.mmap | None = None  # the CPU inputs' memory, mapped once per memfd
         self.exporter = CudaExporter() if self.cuda else None
         self.reference_numerics: Any = None
         if self.cuda:
@@ -174,13 +168,15 @@ class Runner:
 
     # -- one call ------------------------------------------------------------------------
     def build_inputs(self, layout: list[Any], fds: list[int]) -> list[Any]:
+        """The staged inputs: views of the device buffers and of the CPU input memory, which
+        stays mapped until the judge sends a new memfd (its pages faulted in here, with
+        ``MAP_POPULATE``, never inside the timed call)."""
         if fds:
             size = os.fstat(fds[0]).st_size
-            region = mmap.mmap(fds[0], max(size, 1))
+            populate = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self.region = mmap.mmap(fds[0], max(size, 1), flags=populate)
             os.close(fds[0])
-        else:
-            region = None
-        return [self._input(node, region) for node in layout]
+        return [self._input(node, self.region) for node in layout]
 
     def _input(self, node: dict[str, Any], region: mmap.mmap | None) -> Any:
         """One node of the staged input tree (a method, not a self-referencing closure)."""
@@ -221,6 +217,7 @@ class Runner:
         self.last_inputs = inputs
         before = self.counter.count if self.counter is not None else 0
         solve = self.solve
+        faults = minor_faults()  # outside the clock: the call's page faults (the call trace)
         try:
             if self.cuda:
                 # wall clock from the call to the end of a device-wide synchronize: a CUDA
@@ -244,6 +241,7 @@ class Runner:
                 "error": short_traceback(exc),
                 "memory": is_memory_error(exc),
             }
+        faults = minor_faults() - faults
         self.last = out
         launches = self.counter.count - before if self.counter is not None else None
         return {
@@ -251,6 +249,7 @@ class Runner:
             "id": message["id"],
             "ms": ms,
             "host_ms": host_ms,
+            "faults": faults,
             "launches": launches,
             "threads": native_threads(),
             "py_threads": python_threads(),
@@ -387,10 +386,12 @@ class Runner:
             self.sock,
             {"op": "ready", "threads": native_threads(), "py_threads": python_threads()},
         )
+        budget = SPIN_S  # a GPU runner polls first (a CPU host has too few cores to spare)
         while True:
-            if self.cuda:  # the next request usually follows at once (a CPU host has cores
-                spin_until_readable(self.sock)  # too few to spin: the preview never scores)
+            if self.cuda:
+                spin_until_readable(self.sock, budget)
             message, fds = receive(self.sock)
+            budget = spin_after(message)  # longer after a timed call's report, if asked
             try:
                 reply, reply_fds = self.dispatch(message, fds)
             except (EOFError, KeyboardInterrupt):
