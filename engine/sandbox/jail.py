@@ -142,6 +142,9 @@ class JailSpec:
     die_with_parent: bool = True
     new_session: bool = True
     hostname: str = HOSTNAME
+    # the command itself as the jail's PID 1 (no bwrap reaper): signals from inside the jail
+    # without a handler do not reach it, and it alone reaps (the runner template)
+    as_pid_1: bool = False
 
 
 # -- command lines ------------------------------------------------------------------------------
@@ -246,6 +249,8 @@ def _bwrap_args(spec: JailSpec, binds: list[tuple[str, str, str]]) -> list[str]:
         args.append("--die-with-parent")
     if spec.new_session:
         args.append("--new-session")
+    if spec.as_pid_1:
+        args.append("--as-pid-1")
     args += ["--cap-drop", "ALL", "--uid", str(spec.uid), "--gid", str(spec.gid)]
     args += ["--hostname", spec.hostname, "--clearenv"]
     for key, value in {"PATH": DEFAULT_PATH, **spec.env}.items():

@@ -208,6 +208,7 @@ class Judge:
         self.result["jailed"] = options.jail
         runner = self.spare if self.spare is not None else RunnerProcess.spawn(options)
         runner.memory_limit_mb = options.memory_limit_mb
+        self.result["runner_from_template"] = runner.template_pid is not None
         self.spare = None
         self.evaluation.runner = runner
         try:
