@@ -363,10 +363,11 @@ def jailed_command(
     main: str,
     args: list[str],
     keep: list[int],
-    as_pid_1: bool = False,
+    template: bool = False,
 ) -> tuple[list[str], str, dict[str, str]]:
     """The command line, cwd and environment of a runner-zone script ``main`` started from
-    ``scratch`` (which holds the zone's files and ``work/``), jailed unless told otherwise."""
+    ``scratch`` (which holds the zone's files and ``work/``), jailed unless told otherwise.
+    ``template``: the jail of a runner template (its PID 1; /dev read-only but /dev/shm)."""
     workdir = Path(scratch) / "work"
     env = {**runner_env(options), **dsl_cache_env(options, str(workdir))}
     if not options.jail:
@@ -384,7 +385,8 @@ def jailed_command(
         chdir=JAIL_WORKDIR,
         env=env,
         keep_fds=keep,
-        as_pid_1=as_pid_1,
+        as_pid_1=template,
+        dev_readonly=template,
     )
     if os.geteuid() == 0:  # the jailed uid must be able to write its workdir
         os.chown(workdir, spec.uid, spec.gid)

@@ -76,7 +76,7 @@ class RunnerTemplate:
             args += ["--path", path]
         keep = [theirs.fileno()]
         argv, cwd, env = jailed_command(
-            options, self.scratch, TEMPLATE_MAIN, args, keep, as_pid_1=True
+            options, self.scratch, TEMPLATE_MAIN, args, keep, template=True
         )
         share = placement.from_env()
         with (

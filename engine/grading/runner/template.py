@@ -31,7 +31,6 @@ import importlib
 import mmap
 import os
 import resource
-import shutil
 import signal
 import socket
 import stat
@@ -90,22 +89,33 @@ def mount_points() -> set[str]:
         return {line.split()[4].replace("\\040", " ") for line in fh}
 
 
+def _is_dir(path: str) -> bool:
+    return stat.S_ISDIR(os.lstat(path).st_mode)  # a link is not followed
+
+
 def _remove(path: str) -> None:
-    """Remove ``path`` (a folder with all it holds; no link followed)."""
-
-    def unlock(_func: Any, failed: str, _exc: Any) -> None:  # a folder a child locked
-        os.chmod(os.path.dirname(failed), stat.S_IRWXU)
-        if os.path.isdir(failed) and not os.path.islink(failed):
-            os.chmod(failed, stat.S_IRWXU)
-            shutil.rmtree(failed)
-        else:
-            os.unlink(failed)
-
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.chmod(path, stat.S_IRWXU)
-        shutil.rmtree(path, onexc=unlock)
-    else:
+    """Remove ``path`` and all it holds, unlocking each folder first (a child may have
+    taken its own permissions away); no link followed. Too deep a tree raises (OSError):
+    the template then ends and its jail with it."""
+    if not _is_dir(path):
         os.unlink(path)
+        return
+    stack = [path]
+    while stack:
+        top = stack[-1]
+        os.chmod(top, stat.S_IRWXU)
+        folders = []
+        for name in os.listdir(top):
+            inner = os.path.join(top, name)
+            if _is_dir(inner):
+                folders.append(inner)
+            else:
+                os.unlink(inner)
+        if folders:
+            stack.extend(folders)
+        else:
+            os.rmdir(top)
+            stack.pop()
 
 
 def empty(root: str, mode: int, mounts: set[str]) -> None:
