@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -66,8 +67,8 @@ def template(started: list[RunnerTemplate]) -> RunnerTemplate:
 
 def evaluate(
     template: RunnerTemplate, body: str, leave: bool = False, wait_s: float = 30.0
-) -> tuple[RunnerProcess, dict[str, object]]:
-    """Fork a child, load ``PRELUDE + body`` in it, return it with what it reported.
+) -> tuple[RunnerProcess, dict[str, Any], str]:
+    """Fork a child, load ``PRELUDE + body`` in it; return it, what it reported, its log.
     ``leave``: close only the child itself (what it started is left to the template)."""
     runner = template.fork()
     runner.wait_ready(60)
@@ -76,15 +77,16 @@ def evaluate(
     os.lseek(fd, 0, 0)
     reply, _ = runner.request({"op": "load"}, time.monotonic() + wait_s, [fd])
     assert reply.get("ok"), reply
-    found = [line for line in runner.log_tail(50_000).splitlines() if line.startswith("RESULT ")]
+    log = runner.log_tail(50_000)
+    found = [line for line in log.splitlines() if line.startswith("RESULT ")]
     if leave:
         runner.template_pid = None  # its kill then reaches the child alone
     runner.close()
-    return runner, json.loads(found[-1][7:]) if found else {}
+    return runner, json.loads(found[-1][7:]) if found else {}, log
 
 
 def test_signals_from_a_child_do_not_reach_the_template_its_pid_1(template) -> None:
-    _, seen = evaluate(
+    _, seen, _ = evaluate(
         template,
         """
 sent = {}
@@ -96,12 +98,12 @@ report({"parent": os.getppid(), "sent": sent})
     assert seen["parent"] == 1
     assert all(v.startswith("ok") for v in seen["sent"].values()), seen  # sent, and ignored
     pid = template.pid
-    _, after = evaluate(template, "report({'parent': os.getppid()})")
+    _, after, _ = evaluate(template, "report({'parent': os.getppid()})")
     assert template.alive() and template.pid == pid and after == {"parent": 1}
 
 
 def test_a_child_cannot_read_or_trace_the_template(template) -> None:
-    _, seen = evaluate(
+    _, seen, _ = evaluate(
         template,
         """
 def read(path, mode="rb"):
@@ -143,9 +145,9 @@ report({"others": [p for p in os.listdir("/proc") if p.isdigit()]})
 
 
 def test_a_fork_kills_every_process_an_earlier_child_left(template) -> None:
-    _, before = evaluate(template, HOPPER, leave=True)
+    _, before, _ = evaluate(template, HOPPER, leave=True)
     assert len(before["others"]) >= 4, before  # 1, the child, the sleeper, the hopper
-    runner, seen = evaluate(
+    _, seen, _ = evaluate(
         template, "report({'others': [p for p in os.listdir('/proc') if p.isdigit()]})"
     )
     assert sorted(seen["others"], key=int)[0] == "1" and len(seen["others"]) == 2, seen
@@ -186,10 +188,10 @@ report({"written": written})
 
 
 def test_every_writable_place_is_emptied_before_the_next_child(template) -> None:
-    _, wrote = evaluate(template, WRITER, leave=True)
+    _, wrote, _ = evaluate(template, WRITER, leave=True)
     written = wrote["written"]
     assert {"/work/mkb-left-behind", "/tmp/mkb-left-behind"} <= set(written), wrote
-    _, seen = evaluate(
+    _, seen, _ = evaluate(
         template,
         f"""
 left = [p for p in {written!r} if os.path.lexists(p) or os.path.lexists(p + ".d")]
@@ -211,10 +213,10 @@ report({
 
 
 def test_system_v_and_posix_ipc_do_not_outlive_a_child(template) -> None:
-    _, made = evaluate(template, IPC, leave=True)
+    _, made, _ = evaluate(template, IPC, leave=True)
     assert made["shm"] >= 0 and made["sem"] >= 0 and made["msg"] >= 0, made  # created
     assert made["mq"] == -1, made  # RLIMIT_MSGQUEUE 0: no POSIX queue to leave
-    _, seen = evaluate(
+    _, seen, _ = evaluate(
         template,
         """
 KEY = 0x6D6B62
@@ -235,15 +237,17 @@ def test_the_watchdog_counts_a_daemon_reparented_to_the_template(template) -> No
         assert template.pid is not None
         alone = runner.tree_rss_mb()
         assert _tree_rss_mb(template.pid) - alone > 50  # the template (torch) is not counted
-        runner.memory_limit_mb = alone + 200
+        # above the child and a transient copy of it (the daemon's parent), below a daemon
+        # that holds 400 MB more
+        runner.memory_limit_mb = 2 * alone + 150
         fd = os.memfd_create("attack")
         body = HOPPER.split("daemon(lambda")[0] + (
-            "daemon(lambda: (bytearray(b\"x\") * (400 << 20), time.sleep(60)))\ntime.sleep(20)\n"
+            "daemon(lambda: (bytearray(b\"x\") * (400 << 20), time.sleep(60)))\ntime.sleep(8)\n"
         )
         os.write(fd, (PRELUDE + body).encode())
         os.lseek(fd, 0, 0)
         with pytest.raises(RunnerMemory):
-            runner.request({"op": "load"}, time.monotonic() + 30, [fd])
+            runner.request({"op": "load"}, time.monotonic() + 15, [fd])
     finally:
         runner.close()
 
@@ -255,18 +259,21 @@ fds = {{fd: attempt(lambda: os.readlink(f"/proc/self/fd/{{fd}}"))
        for fd in os.listdir("/proc/self/fd")}}
 report({{"fds": fds}})
 """
-    first, seen = evaluate(template, body.format(n="one"))
-    second, again = evaluate(template, body.format(n="two"))
-    for fds in (seen["fds"], again["fds"]):
+    first, seen, first_log = evaluate(template, body.format(n="one"))
+    second, again, second_log = evaluate(template, body.format(n="two"))
+    assert "evaluation one" in first_log and "evaluation one" not in second_log
+    for runner, fds in ((first, seen["fds"]), (second, again["fds"])):
         # stdin, the log twice, the runner socket, the bypass page and listdir's own
         assert len(fds) == 6, fds
-        assert sum("socket:" in v for v in fds.values()) == 1, fds
-        assert not any("template" in v for v in fds.values()), fds
+        assert fds["0"] == "ok: /dev/null", fds
+        assert fds["1"] == fds["2"] == f"ok: {runner.scratch}/runner.log", fds
+        assert sum(v.startswith("ok: socket:") for v in fds.values()) == 1, fds
+        assert sum("memfd:mkb-bypass" in v for v in fds.values()) == 1, fds
     assert first.scratch != second.scratch
 
 
 def test_a_child_cannot_change_what_the_next_one_imports(template) -> None:
-    _, wrote = evaluate(
+    _, wrote, _ = evaluate(
         template,
         """
 import loop
@@ -288,7 +295,7 @@ report({"planted": planted})
         leave=True,
     )
     assert all(p.startswith("/work/") for p in wrote["planted"]), wrote  # only the workdir
-    _, seen = evaluate(
+    _, seen, _ = evaluate(
         template,
         """
 import loop
