@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import importlib
 import mmap
 import os
@@ -177,6 +178,7 @@ def child(ctl: socket.socket, fds: list[int], device: str, workdir: str) -> None
         for low, high in zip(keep, [*keep[1:], 1 << 20], strict=True):
             os.closerange(low + 1, high)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh runner
+        gc.enable()  # the template's objects stay frozen: no collection copies their pages
         set_dumpable(1)  # the child is an ordinary runner; the template stays undumpable
         os.chdir(workdir)
         flag = mmap.mmap(flag_fd, mmap.PAGESIZE)
@@ -241,12 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", action="append", default=[])
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: PID 1 then ignores it
+    gc.disable()  # until the imports are frozen (a forking server's recipe: no page of the
+    # template's objects is written by a child's collection, nor walked by it)
     ctl = socket.socket(fileno=args.ctl_fd)
     if os.getpid() != 1:
         send(ctl, {"op": "error", "error": "the template is not the jail's PID 1"})
         return 2
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     loaded = preload(args.preload, args.path)
+    gc.freeze()
     set_dumpable(0)
     if _libc().prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise TemplateError("the template is still dumpable")
