@@ -307,3 +307,34 @@ report({
 """,
     )
     assert seen == {"import": "denied: ModuleNotFoundError", "env": None, "serve": True}, seen
+
+
+KEYS = """
+libc.syscall.restype = ctypes.c_long
+KEYCTL = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+ADD_KEY = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+persistent = libc.syscall(KEYCTL, 22, -1, -2)  # the user's persistent key ring, linked here
+rings = {"session": -3, "user": -4, "user_session": -5, "persistent": persistent}
+"""
+
+
+def test_no_key_ring_carries_a_key_to_the_next_child(template) -> None:
+    _, made, _ = evaluate(
+        template,
+        KEYS
+        + """
+report({n: libc.syscall(ADD_KEY, b"user", b"mkb-" + n.encode(), b"left", 4, r)
+        for n, r in rings.items() if r > 0 or r < -2})
+""",
+        leave=True,
+    )
+    assert made and all(serial > 0 for serial in made.values()), made
+    _, seen, _ = evaluate(
+        template,
+        KEYS
+        + """
+report({n: libc.syscall(KEYCTL, 10, r, b"user", b"mkb-" + n.encode(), 0)
+        for n, r in rings.items() if r > 0 or r < -2})
+""",
+    )
+    assert seen.keys() == made.keys() and set(seen.values()) == {-1}, seen

@@ -12,8 +12,10 @@ It holds its trust points itself, and refuses to serve without them:
 * before every fork it kills every other process of the jail (``kill(-1, SIGKILL)``: atomic
   against a forking child), reaps them, checks none is left, and empties every writable place
   (its workdir, ``/tmp``, ``/dev/shm``, System V shared memory, semaphores and message
-  queues); POSIX message queues, which it could not list, cannot be created
+  queues, key rings); POSIX message queues, which it could not list, cannot be created
   (``RLIMIT_MSGQUEUE`` 0). Anything it cannot empty ends it: the warm parent starts a new jail;
+* it empties the kernel's key rings that outlive a process (user, user-session, session,
+  persistent);
 * it never runs submission code: a child gets its socket, bypass page and log from the
   message that asked for it, closes every other descriptor and runs :class:`loop.Runner`.
 
@@ -49,6 +51,11 @@ PR_GET_DUMPABLE = 3
 IPC_RMID = 0
 SCRATCH = ("/tmp", "/dev/shm")  # emptied before every fork, beside the workdir
 SYSV = ("shm", "sem", "msg")
+# the kernel's key rings a process reaches without a name: session, user, user-session (all
+# three outlive a process; the user's two are shared by every process of the jail's uid)
+KEYRINGS = (-3, -4, -5)
+KEYCTL = {"x86_64": 250, "aarch64": 219}  # the keyctl system call's number
+KEYCTL_CLEAR, KEYCTL_GET_PERSISTENT, KEY_SPEC_PROCESS_KEYRING = 7, 22, -2
 
 
 class TemplateError(RuntimeError):
@@ -157,12 +164,26 @@ def remove_sysv() -> None:
             raise TemplateError(f"System V {kind} objects survived IPC_RMID")
 
 
+def clear_keyrings() -> None:
+    """Empty the key rings a child could leave keys in (and the user's persistent one)."""
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    number = KEYCTL.get(os.uname().machine)
+    if number is None:
+        raise TemplateError(f"no keyctl system call number known for {os.uname().machine}")
+    persistent = libc.syscall(number, KEYCTL_GET_PERSISTENT, -1, KEY_SPEC_PROCESS_KEYRING)
+    for ring in [*KEYRINGS, *([persistent] if persistent > 0 else [])]:
+        if libc.syscall(number, KEYCTL_CLEAR, ring) != 0:
+            raise TemplateError(f"key ring {ring} not cleared: errno {ctypes.get_errno()}")
+
+
 def scrub(places: dict[str, int], mounts: set[str]) -> None:
     """Nothing of an earlier child left: no process, no file, no IPC object."""
     kill_all()
     for root, mode in places.items():
         empty(root, mode, mounts)
     remove_sysv()
+    clear_keyrings()
 
 
 def child(ctl: socket.socket, fds: list[int], device: str, workdir: str) -> None:
