@@ -242,7 +242,7 @@ def test_the_watchdog_counts_a_daemon_reparented_to_the_template(template) -> No
         runner.memory_limit_mb = 2 * alone + 150
         fd = os.memfd_create("attack")
         body = HOPPER.split("daemon(lambda")[0] + (
-            "daemon(lambda: (bytearray(b\"x\") * (400 << 20), time.sleep(60)))\ntime.sleep(8)\n"
+            'daemon(lambda: (bytearray(b"x") * (400 << 20), time.sleep(60)))\ntime.sleep(8)\n'
         )
         os.write(fd, (PRELUDE + body).encode())
         os.lseek(fd, 0, 0)
@@ -338,3 +338,20 @@ report({n: libc.syscall(KEYCTL, 10, r, b"user", b"mkb-" + n.encode(), 0)
 """,
     )
     assert seen.keys() == made.keys() and set(seen.values()) == {-1}, seen
+
+
+def test_a_child_inherits_no_memory_shared_with_the_template(template) -> None:
+    """Every page a child inherits is copied on write, but a shared writable mapping would
+    carry what one child wrote to the template and the next child: the template has none
+    (it refuses to start with one), and a child's own are its bypass page alone."""
+    with open(f"/proc/{template.pid}/maps") as fh:
+        rows = [row.split() for row in fh]
+    assert not [row for row in rows if row[1][1] == "w" and row[1][3] == "s"], rows
+    _, seen, _ = evaluate(
+        template,
+        """
+rows = [row.split() for row in open("/proc/self/maps")]
+report([" ".join(row[5:]) for row in rows if row[1][1] == "w" and row[1][3] == "s"])
+""",
+    )
+    assert seen == ["/memfd:mkb-bypass (deleted)"], seen

@@ -16,6 +16,7 @@ It holds its trust points itself, and refuses to serve without them:
   (``RLIMIT_MSGQUEUE`` 0). Anything it cannot empty ends it: the warm parent starts a new jail;
 * it empties the kernel's key rings that outlive a process (user, user-session, session,
   persistent);
+* it holds no writable shared mapping (a child would share it with the next);
 * it never runs submission code: a child gets its socket, bypass page and log from the
   message that asked for it, closes every other descriptor and runs :class:`loop.Runner`.
 
@@ -75,6 +76,14 @@ def set_dumpable(value: int) -> None:
 def others() -> list[int]:
     """The jail's processes other than this one (its PID 1)."""
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+
+
+def shared_writable_maps() -> list[str]:
+    """Writable shared mappings of this process: a child would inherit each, and what one
+    child wrote there the template and every later child would read."""
+    with open("/proc/self/maps") as fh:
+        rows = [row.split() for row in fh]
+    return [" ".join(row) for row in rows if row[1][1] == "w" and row[1][3] == "s"]
 
 
 def kill_all() -> None:
@@ -276,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     set_dumpable(0)
     if _libc().prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise TemplateError("the template is still dumpable")
+    if shared_writable_maps():
+        raise TemplateError(f"writable shared memory in the template: {shared_writable_maps()}")
     places = {args.workdir: stat.S_IMODE(os.stat(args.workdir).st_mode)}
     places.update({p: stat.S_IMODE(os.stat(p).st_mode) for p in SCRATCH if os.path.isdir(p)})
     send(ctl, {"op": "ready", "preloaded": loaded})
