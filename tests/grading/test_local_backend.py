@@ -80,7 +80,7 @@ async def test_dead_warm_parent_is_replaced_and_its_child_killed() -> None:
     try:
         first_parent = slot.parent.proc.pid
         task = asyncio.create_task(backend.grade(GradeRequest("p28", "cute", LOOP)))
-        for _ in range(100):
+        for _ in range(600):  # the first job waits for the slot's runner template's imports
             await asyncio.sleep(0.1)
             if slot.parent.child_pid:
                 break

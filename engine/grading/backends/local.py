@@ -125,7 +125,8 @@ class WarmParent:
         try:
             self.proc.stdin.write((json.dumps(message) + "\n").encode())
             await self.proc.stdin.drain()
-            started = await self._read(30.0)
+            # with a template the parent may first wait for a (new) template's imports
+            started = await self._read(self.start_timeout_s if self.template else 30.0)
             self.child_pid = started.get("pid")
             budget = limits.eager_timeout_s + limits.timeout_s + limits.grace_s + 60.0
             done = await self._read(budget)

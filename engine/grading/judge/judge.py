@@ -374,20 +374,24 @@ def keep_compiled(runner: RunnerProcess, root: Path, key: str) -> None:
     """Kill the runner's whole tree, wait until it is gone, then keep what its DSL caches
     wrote (a failure here costs the reuse, never the verdict)."""
     from engine.grading.judge import compile_cache
-    from engine.grading.judge.runner_proc import process_tree
 
-    if not runner.scratch:
+    if not runner.workdir:
         return
-    folder = Path(runner.scratch) / "work" / compile_cache.RUNNER_DIR
+    folder = Path(runner.workdir) / compile_cache.RUNNER_DIR
     if folder.is_symlink() or not folder.is_dir() or not any(folder.iterdir()):
         return  # nothing compiled to keep: no reason to wait for the runner's end
-    tree = process_tree(runner.pid)
-    runner.kill()
-    for pid in tree:
-        with contextlib.suppress(OSError):
-            os.kill(pid, 9)
+    # a template's child: the template's tree less the template, killed until none runs (a
+    # daemon reparented there included; the template's next fork waits for this judge's end)
+    tree = runner.tree()
     deadline = _monotonic() + 2.0
-    while any(_running(pid) for pid in tree):
+    while True:
+        runner.kill()
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        tree = [pid for pid in dict.fromkeys([*tree, *runner.tree()]) if _running(pid)]
+        if not tree:
+            break
         if _monotonic() > deadline:
             return  # something of the runner still runs: keep nothing
         time.sleep(0.01)

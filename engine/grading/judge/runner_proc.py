@@ -144,6 +144,7 @@ class RunnerProcess:
         self.popen = popen
         self.memory_limit_mb: float | None = None
         self.scratch: str | None = None
+        self.workdir: str | None = None  # its work folder on the host (DSL caches write there)
         self.ready: dict[str, Any] = {}
         # a child of a runner template (parent/template.py): the template's host pid. Its
         # watchdog and kill cover the template's whole tree less the template, where a
@@ -193,6 +194,7 @@ class RunnerProcess:
         os.close(switch_fd)
         proc = cls(judge_end, popen.pid, switch, popen, options.device)
         proc.scratch = scratch
+        proc.workdir = str(Path(scratch) / "work")
         proc.memory_limit_mb = options.memory_limit_mb
         return proc
 
@@ -300,6 +302,12 @@ class RunnerProcess:
         start = clock()
         reply, got = self.request(message, deadline, fds)
         return reply, got, (clock() - start) * 1e3
+
+    def tree(self) -> list[int]:
+        """Its processes: its own tree, or its template's less the template."""
+        if self.template_pid is not None:
+            return process_tree(self.template_pid)[1:]
+        return process_tree(self.pid)
 
     def tree_rss_mb(self) -> float:
         """What the watchdog counts: this runner's tree, or its template's less the template."""

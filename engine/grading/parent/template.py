@@ -157,6 +157,7 @@ class RunnerTemplate:
             raise TemplateFailed(f"the template did not fork: {str(reply)[:200]}")
         proc = RunnerProcess(judge_end, host, switch, None, self.options.device)
         proc.scratch = scratch
+        proc.workdir = str(Path(self.scratch) / "work")  # the jail's, emptied at the next fork
         proc.template_pid = self.pid
         return proc
 
