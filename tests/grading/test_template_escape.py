@@ -11,7 +11,9 @@ a real template child, with the real jail; what the next child sees is the verdi
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -355,3 +357,28 @@ report([" ".join(row[5:]) for row in rows if row[1][1] == "w" and row[1][3] == "
 """,
     )
     assert seen == ["/memfd:mkb-bypass (deleted)"], seen
+
+
+def test_a_child_that_dies_before_ready_is_replaced_by_a_fresh_runner(template) -> None:
+    """On a GPU a child starts CUDA itself; if that fails the judge falls back to a fresh
+    runner (the grader's trouble, never the submission's)."""
+    from engine.grading.judge.judge import started_or_fresh
+
+    options = RunnerOptions(device="cpu", preload_dsls=False)
+    healthy = template.fork()
+    assert started_or_fresh(healthy, options) is healthy
+    healthy.close()
+    # a child that died before its "ready": its socket's other end closed, its pid a zombie
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    theirs.close()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    dying = RunnerProcess(ours, pid, mmap.mmap(-1, mmap.PAGESIZE))
+    dying.template_pid = template.pid
+    fresh = started_or_fresh(dying, options)
+    try:
+        assert fresh is not dying and fresh.template_pid is None
+        assert fresh.wait_ready(120)["op"] == "ready"
+    finally:
+        fresh.close()

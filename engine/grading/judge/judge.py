@@ -207,9 +207,10 @@ class Judge:
         options = self.options
         self.result["jailed"] = options.jail
         runner = self.spare if self.spare is not None else RunnerProcess.spawn(options)
+        self.spare = None
+        runner = started_or_fresh(runner, options)
         runner.memory_limit_mb = options.memory_limit_mb
         self.result["runner_from_template"] = runner.template_pid is not None
-        self.spare = None
         self.evaluation.runner = runner
         try:
             runner.wait_ready()
@@ -368,6 +369,20 @@ class Judge:
                     sys.stderr.write("--- the runner's output (untrusted) ---\n" + tail + "\n")
                     sys.stderr.flush()
                 proc.close()
+
+
+def started_or_fresh(runner: RunnerProcess, options: RunnerOptions) -> RunnerProcess:
+    """``runner``, or a fresh one where it came from a runner template and died before it
+    was ready (on a GPU: its own CUDA start failed): the template's trouble is the grader's,
+    and a fresh runner does not share it."""
+    if runner.template_pid is None:
+        return runner
+    try:
+        runner.wait_ready()
+        return runner
+    except (RunnerDied, RunnerTimeout):
+        runner.close()
+        return RunnerProcess.spawn(options)
 
 
 def keep_compiled(runner: RunnerProcess, root: Path, key: str) -> None:
