@@ -1,7 +1,7 @@
 """Gradings per minute through the real local backend: a fixed mix, each verdict stored.
 
     PYTHONPATH=. python3 benchmarks/grading_throughput.py OUT.jsonl [--device cpu|cuda]
-        [--slots 2] [--repeat 20] [--mix all|solutions|repeat]
+        [--slots 2] [--repeat 20] [--mix all|solutions|repeat] [--no-template]
 
 The mix: ``experiments/solutions.toml``'s 28 gradings (its 7 problems × 2 DSLs × solo and
 transfer final), then ``--repeat`` back-to-back gradings of one small file. On a GPU the files
@@ -252,6 +252,7 @@ async def grade_one(
         "compile_s": sum(float(timings.get(p, 0.0)) for p in COMPILE_PHASES),
         "judge_peak_gib": find_key(feedback.to_dict(), "judge_peak_gib"),
         "compile_cache": (feedback.clock or {}).get("compile_cache"),
+        "runner_from_template": (feedback.clock or {}).get("runner_from_template"),
         "host": feedback.host,
     }
 
@@ -308,6 +309,7 @@ def summarize(
         "runner_wait_max_s": max(waits) if waits else None,
         "runner_wait_after_first_p50_s": percentile(settled, 0.5),
         "runner_wait_after_first_p95_s": percentile(settled, 0.95),
+        "runners_from_template": sum(1 for r in rows if r.get("runner_from_template")),
         # the import and correctness phases, where a DSL compiles, per repeated file
         "compile": compile_by_file,
         "cpu": cpu,
@@ -323,7 +325,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         mixes.append(("solutions", solutions_mix(args.device)))
     if args.mix in ("all", "repeat"):
         mixes.append(("repeat", repeat_mix(args.device, args.repeat)))
-    config = EvalConfig()
+    config = EvalConfig(runner_template=not args.no_template)
     if args.device == "cuda":
         gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else "auto"
         backend = LocalBackend(gpus=gpus, config=config)
@@ -376,6 +378,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "not_reached": not_reached,
         "import_torch_s": import_torch_s(),
         "host_cpus": len(os.sched_getaffinity(0)),
+        "runner_template": not args.no_template,
+        "load_average": os.getloadavg(),  # at the end: the host is shared
     }
     return summarize(rows, elapsed, cpu, gpu, extra)
 
@@ -392,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s", type=float, default=0.0, help="start no grading after this (0: none)"
     )
     parser.add_argument("--no-ahead", action="store_true", help="CPU: start nothing ahead")
+    parser.add_argument(
+        "--no-template",
+        action="store_true",
+        help="start a fresh runner per grading instead of forking the slot's runner template",
+    )
     args = parser.parse_args(argv)
     summary = asyncio.run(run(args))
     Path(args.out + ".summary.json").write_text(json.dumps(summary, indent=2) + "\n")

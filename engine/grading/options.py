@@ -43,6 +43,9 @@ class EvalConfig:
     # submission runners each warm slot keeps started ahead (each imports torch and the DSLs
     # in seconds; back-to-back evaluations on a GPU want several)
     spare_runners: int = 2
+    # fork each jailed runner from the slot's runner template (a jailed process that imported
+    # torch and the DSLs once; docs/grading.md, "The runner template") instead of starting it
+    runner_template: bool = True
     # Busy-poll this long in each runner after staging a call's inputs, before answering, so
     # its core is awake when the call comes (outside every clock; both runners alike). Off
     # until a GPU run shows it helps (docs/grading.md, "The small-call spread"); at most 50 ms.

@@ -142,6 +142,12 @@ class JailSpec:
     die_with_parent: bool = True
     new_session: bool = True
     hostname: str = HOSTNAME
+    # the command itself as the jail's PID 1 (no bwrap reaper): signals from inside the jail
+    # without a handler do not reach it, and it alone reaps (the runner template)
+    as_pid_1: bool = False
+    # /dev read-only but for a private tmpfs /dev/shm: no file left in /dev itself (the
+    # runner template empties /dev/shm between the processes it forks)
+    dev_readonly: bool = False
 
 
 # -- command lines ------------------------------------------------------------------------------
@@ -246,6 +252,8 @@ def _bwrap_args(spec: JailSpec, binds: list[tuple[str, str, str]]) -> list[str]:
         args.append("--die-with-parent")
     if spec.new_session:
         args.append("--new-session")
+    if spec.as_pid_1:
+        args.append("--as-pid-1")
     args += ["--cap-drop", "ALL", "--uid", str(spec.uid), "--gid", str(spec.gid)]
     args += ["--hostname", spec.hostname, "--clearenv"]
     for key, value in {"PATH": DEFAULT_PATH, **spec.env}.items():
@@ -258,12 +266,14 @@ def _bwrap_args(spec: JailSpec, binds: list[tuple[str, str, str]]) -> list[str]:
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    for target in spec.tmpfs:
+    for target in [*spec.tmpfs, *(["/dev/shm"] if spec.dev_readonly else [])]:
         if spec.tmpfs_size_mb:
             args += ["--size", str(spec.tmpfs_size_mb * MIB)]
         args += ["--tmpfs", target]
     for option, src, dst in binds:
         args += [option, src, dst]
+    if spec.dev_readonly:
+        args += ["--remount-ro", "/dev"]
     args += ["--remount-ro", "/", "--chdir", spec.chdir]
     return args
 

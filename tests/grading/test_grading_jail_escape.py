@@ -55,6 +55,7 @@ def grade_unjailed() -> Iterator[Callable[[str], Feedback]]:
 def test_the_jail_stops_the_probe(grade, canaries, probe: str) -> None:
     feedback = grade(probe_source(probes(canaries)[probe]))
     assert feedback.jailed is True
+    assert feedback.clock.get("runner_from_template") is True  # a child of the slot's template
     assert not Path(canaries["planted"]).exists()
     assert (feedback.verdict, feedback.reason) == ("fail", "correctness.tolerance"), (
         feedback.verdict,

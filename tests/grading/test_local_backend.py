@@ -80,7 +80,7 @@ async def test_dead_warm_parent_is_replaced_and_its_child_killed() -> None:
     try:
         first_parent = slot.parent.proc.pid
         task = asyncio.create_task(backend.grade(GradeRequest("p28", "cute", LOOP)))
-        for _ in range(100):
+        for _ in range(600):  # the first job waits for the slot's runner template's imports
             await asyncio.sleep(0.1)
             if slot.parent.child_pid:
                 break
@@ -178,12 +178,15 @@ async def test_a_preview_on_few_cores_starts_nothing_ahead() -> None:
     def ahead(backend: LocalBackend) -> bool:
         parent = backend.slots[0].parent
         assert parent is not None
-        return parent.spare_device != "none"
+        return parent.prime and parent.spare_device != "none"
 
     few = len(os.sched_getaffinity(0)) < PREVIEW_AHEAD_MIN_CPUS
     assert ahead(LocalBackend(gpus=None)) is not few
     assert ahead(LocalBackend(gpus=None, preview_ahead=True)) is True
     assert ahead(LocalBackend(gpus=None, preview_ahead=False)) is False
+    # without a runner template nothing at all is started ahead
+    bare = LocalBackend(gpus=None, preview_ahead=False, config=EvalConfig(runner_template=False))
+    assert bare.slots[0].parent is not None and bare.slots[0].parent.spare_device == "none"
 
 
 @pytest.mark.slow

@@ -65,8 +65,12 @@ class WarmParent:
         spare_device: str = "none",
         unsafe_no_jail: bool = False,
         spares: int = 1,
+        template: bool = False,
+        prime: bool = True,
     ):
         self.env = env
+        self.template = template
+        self.prime = prime
         self.preload_dsls = preload_dsls
         self.spare_device = spare_device
         self.spares = spares
@@ -87,6 +91,10 @@ class WarmParent:
         args += ["--spare-device", self.spare_device, "--spares", str(self.spares)]
         if self.unsafe_no_jail:
             args.append("--unsafe-no-jail")
+        if self.template:
+            args.append("--template")
+        if not self.prime:
+            args.append("--no-prime")
         self.proc = await asyncio.create_subprocess_exec(
             *args,
             stdin=asyncio.subprocess.PIPE,
@@ -120,7 +128,8 @@ class WarmParent:
         try:
             self.proc.stdin.write((json.dumps(message) + "\n").encode())
             await self.proc.stdin.drain()
-            started = await self._read(30.0)
+            # with a template the parent may first wait for a (new) template's imports
+            started = await self._read(self.start_timeout_s if self.template else 30.0)
             self.child_pid = started.get("pid")
             budget = limits.eager_timeout_s + limits.timeout_s + limits.grace_s + 60.0
             budget += limits.judge_extra_s
@@ -171,18 +180,24 @@ class Slot:
         unsafe_no_jail: bool = False,
         spares: int = 1,
         ahead: bool = True,
+        template: bool = False,
     ) -> None:
         self.label = label
         self.device = device
         self.env = env
+        # a jailed runner template replaces the runners started ahead: one start per slot,
+        # then a fork per job (ahead=False then only stops judges forked ahead)
+        template = template and not unsafe_no_jail
         self.parent = (
             WarmParent(
                 env,
                 preload_dsls,
                 # ahead=False: no runner and no judge started ahead (each job starts its own)
-                spare_device=device if ahead else "none",
+                spare_device=device if ahead or template else "none",
                 unsafe_no_jail=unsafe_no_jail,
                 spares=spares,
+                template=template,
+                prime=ahead,
             )
             if warm
             else None
@@ -254,6 +269,7 @@ class LocalBackend:
                     preload_dsls,
                     self.config.unsafe_no_jail,
                     self.config.spare_runners,
+                    template=self.config.runner_template,
                 )
             )
         if not gpu_ids:
@@ -280,6 +296,7 @@ class LocalBackend:
                         # CPU preview runners start in seconds: one is enough
                         min(1, self.config.spare_runners),
                         ahead=ahead,
+                        template=self.config.runner_template,
                     )
                 )
         for slot in self.slots:

@@ -209,8 +209,10 @@ class Judge:
         options = self.options
         self.result["jailed"] = options.jail
         runner = self.spare if self.spare is not None else RunnerProcess.spawn(options)
-        runner.memory_limit_mb = options.memory_limit_mb
         self.spare = None
+        runner = started_or_fresh(runner, options)
+        runner.memory_limit_mb = options.memory_limit_mb
+        self.result["runner_from_template"] = runner.template_pid is not None
         self.evaluation.runner = runner
         try:
             runner.wait_ready()
@@ -376,24 +378,42 @@ class Judge:
                 proc.close()
 
 
+def started_or_fresh(runner: RunnerProcess, options: RunnerOptions) -> RunnerProcess:
+    """``runner``, or a fresh one where it came from a runner template and died before it
+    was ready (on a GPU: its own CUDA start failed): the template's trouble is the grader's,
+    and a fresh runner does not share it."""
+    if runner.template_pid is None:
+        return runner
+    try:
+        runner.wait_ready()
+        return runner
+    except (RunnerDied, RunnerTimeout):
+        runner.close()
+        return RunnerProcess.spawn(options)
+
+
 def keep_compiled(runner: RunnerProcess, root: Path, key: str, secret: bytes) -> None:
     """Kill the runner's whole tree, wait until it is gone, then keep what its DSL caches
     wrote (a failure here costs the reuse, never the verdict)."""
     from engine.grading.judge import compile_cache
-    from engine.grading.judge.runner_proc import process_tree
 
-    if not runner.scratch:
+    if not runner.workdir:
         return
-    folder = Path(runner.scratch) / "work" / compile_cache.RUNNER_DIR
+    folder = Path(runner.workdir) / compile_cache.RUNNER_DIR
     if folder.is_symlink() or not folder.is_dir() or not any(folder.iterdir()):
         return  # nothing compiled to keep: no reason to wait for the runner's end
-    tree = process_tree(runner.pid)
-    runner.kill()
-    for pid in tree:
-        with contextlib.suppress(OSError):
-            os.kill(pid, 9)
+    # a template's child: the template's tree less the template, killed until none runs (a
+    # daemon reparented there included; the template's next fork waits for this judge's end)
+    tree = runner.tree()
     deadline = _monotonic() + 2.0
-    while any(_running(pid) for pid in tree):
+    while True:
+        runner.kill()
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        tree = [pid for pid in dict.fromkeys([*tree, *runner.tree()]) if _running(pid)]
+        if not tree:
+            break
         if _monotonic() > deadline:
             return  # something of the runner still runs: keep nothing
         time.sleep(0.01)

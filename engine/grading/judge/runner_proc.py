@@ -110,10 +110,12 @@ def process_tree(pid: int) -> list[int]:
     return seen
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and all its descendants."""
+def _tree_rss_mb(pid: int, exclude: int | None = None) -> float:
+    """Resident memory of ``pid`` and all its descendants (less ``exclude``)."""
     total = 0.0
     for process in process_tree(pid):
+        if process == exclude:
+            continue
         try:
             with open(f"/proc/{process}/status") as fh:
                 for line in fh:
@@ -142,7 +144,12 @@ class RunnerProcess:
         self.popen = popen
         self.memory_limit_mb: float | None = None
         self.scratch: str | None = None
+        self.workdir: str | None = None  # its work folder on the host (DSL caches write there)
         self.ready: dict[str, Any] = {}
+        # a child of a runner template (parent/template.py): the template's host pid. Its
+        # watchdog and kill cover the template's whole tree less the template, where a
+        # daemon the child started lands once reparented to the jail's PID 1
+        self.template_pid: int | None = None
         # busy polling before a wait sleeps (GPU only: see runner.SPIN_S)
         self.spin_s = SPIN_S if device == "cuda" else 0.0
 
@@ -156,13 +163,8 @@ class RunnerProcess:
         switch_fd = os.memfd_create("mkb-bypass")
         os.ftruncate(switch_fd, mmap.PAGESIZE)
         switch = mmap.mmap(switch_fd, mmap.PAGESIZE)
-        scratch = tempfile.mkdtemp(prefix="mkb-runner-")
-        sources = [RUNNER_DIR / name for name in RUNNER_FILES] + ([main] if main else [])
-        for source in sources:
-            shutil.copyfile(source, Path(scratch) / source.name)
+        scratch = runner_scratch(main)
         script = main.name if main else RUNNER_MAIN
-        workdir = Path(scratch) / "work"
-        workdir.mkdir()
         args = [
             "--sock-fd",
             str(runner_end.fileno()),
@@ -175,32 +177,10 @@ class RunnerProcess:
             args += ["--preload", preload_modules(options)]
         for path in options.paths:
             args += ["--path", path]
-        env = {**runner_env(options), **dsl_cache_env(options, str(workdir))}
         keep = [runner_end.fileno(), switch_fd]
-        if options.jail:
-            from engine.sandbox import jail
-
-            os.chmod(scratch, 0o755)
-            spec = jail.JailSpec(
-                ro=[(p, p) for p in jail.python_mounts(options.python, exclude=[str(_repo())])]
-                + [(f"{scratch}/{p.name}", f"{JAIL_RUNNER_DIR}/{p.name}") for p in sources]
-                + [(path, path) for path in options.paths],
-                rw=[(str(workdir), JAIL_WORKDIR)],
-                devices=jail.gpu_device_nodes() if options.device == "cuda" else [],
-                network=False,
-                chdir=JAIL_WORKDIR,
-                env=env,
-                keep_fds=keep,
-            )
-            if os.geteuid() == 0:  # the jailed uid must be able to write its workdir
-                os.chown(workdir, spec.uid, spec.gid)
-            argv = jail.jail_argv(
-                spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/{script}", *args]
-            )
-            cwd = "/"
-        else:
-            argv = [options.python, "-I", str(Path(scratch) / script), *args]
-            cwd = str(workdir)
+        argv, cwd, env = jailed_command(
+            options, scratch, script, args, keep, extra=(main.name,) if main else ()
+        )
         log = open(Path(scratch) / "runner.log", "wb")  # noqa: SIM115 - handed to the child
         share = placement.from_env()  # the slot's CPUs (judge/placement.py), if placed
         with placement.spawning_on(share.runner if share is not None else None):
@@ -219,6 +199,7 @@ class RunnerProcess:
         os.close(switch_fd)
         proc = cls(judge_end, popen.pid, switch, popen, options.device)
         proc.scratch = scratch
+        proc.workdir = str(Path(scratch) / "work")
         proc.memory_limit_mb = options.memory_limit_mb
         return proc
 
@@ -290,7 +271,7 @@ class RunnerProcess:
                 break
             if self.memory_limit_mb and now >= next_rss:
                 next_rss = now + 0.2
-                if _tree_rss_mb(self.pid) > self.memory_limit_mb:
+                if self.tree_rss_mb() > self.memory_limit_mb:
                     self.kill()
                     raise RunnerMemory("the runner exceeded its memory limit")
             if self.exited():
@@ -327,6 +308,18 @@ class RunnerProcess:
         reply, got = self.request(message, deadline, fds)
         return reply, got, (clock() - start) * 1e3
 
+    def tree(self) -> list[int]:
+        """Its processes: its own tree, or its template's less the template."""
+        if self.template_pid is not None:
+            return process_tree(self.template_pid)[1:]
+        return process_tree(self.pid)
+
+    def tree_rss_mb(self) -> float:
+        """What the watchdog counts: this runner's tree, or its template's less the template."""
+        if self.template_pid is not None:
+            return _tree_rss_mb(self.template_pid, exclude=self.template_pid)
+        return _tree_rss_mb(self.pid)
+
     def log_tail(self, chars: int = 4000) -> str:
         """The end of what the runner printed (untrusted text; the caller labels it)."""
         if not self.scratch:
@@ -347,6 +340,10 @@ class RunnerProcess:
         for kill in (os.killpg, os.kill):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill(self.pid, signal.SIGKILL)
+        if self.template_pid is not None:  # what the child left behind (the template's next
+            for pid in process_tree(self.template_pid)[1:]:  # fork kills it atomically)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -362,6 +359,54 @@ class RunnerProcess:
             self.switch.close()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def runner_scratch(extra: Path | None = None) -> str:
+    """A fresh folder holding the runner zone's files (and ``extra``) and an empty ``work/``."""
+    scratch = tempfile.mkdtemp(prefix="mkb-runner-")
+    for source in [RUNNER_DIR / name for name in RUNNER_FILES] + ([extra] if extra else []):
+        shutil.copyfile(source, Path(scratch) / source.name)
+    (Path(scratch) / "work").mkdir()
+    return scratch
+
+
+def jailed_command(
+    options: RunnerOptions,
+    scratch: str,
+    main: str,
+    args: list[str],
+    keep: list[int],
+    template: bool = False,
+    extra: tuple[str, ...] = (),
+) -> tuple[list[str], str, dict[str, str]]:
+    """The command line, cwd and environment of a runner-zone script ``main`` started from
+    ``scratch`` (which holds the zone's files and ``work/``), jailed unless told otherwise.
+    ``template``: the jail of a runner template (its PID 1; /dev read-only but /dev/shm);
+    ``extra``: more files of ``scratch`` to bind beside the zone's."""
+    workdir = Path(scratch) / "work"
+    env = {**runner_env(options), **dsl_cache_env(options, str(workdir))}
+    if not options.jail:
+        return [options.python, "-I", str(Path(scratch) / main), *args], str(workdir), env
+    from engine.sandbox import jail
+
+    os.chmod(scratch, 0o755)
+    spec = jail.JailSpec(
+        ro=[(p, p) for p in jail.python_mounts(options.python, exclude=[str(_repo())])]
+        + [(scratch + "/" + n, f"{JAIL_RUNNER_DIR}/{n}") for n in (*RUNNER_FILES, *extra)]
+        + [(path, path) for path in options.paths],
+        rw=[(str(workdir), JAIL_WORKDIR)],
+        devices=jail.gpu_device_nodes() if options.device == "cuda" else [],
+        network=False,
+        chdir=JAIL_WORKDIR,
+        env=env,
+        keep_fds=keep,
+        as_pid_1=template,
+        dev_readonly=template,
+    )
+    if os.geteuid() == 0:  # the jailed uid must be able to write its workdir
+        os.chown(workdir, spec.uid, spec.gid)
+    argv = jail.jail_argv(spec, [options.python, "-I", f"{JAIL_RUNNER_DIR}/{main}", *args])
+    return argv, "/", env
 
 
 def _alive(pid: int) -> bool:

@@ -168,11 +168,8 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                 )
                 if v
             },
-            **(
-                {"judge_started_ahead": data["judge_started_ahead"]}
-                if "judge_started_ahead" in data
-                else {}
-            ),
+            # booleans: the judge forked ahead; the runner forked from the slot's template
+            **{k: data[k] for k in ("judge_started_ahead", "runner_from_template") if k in data},
         },
         impl_event_median_ms=data.get("impl_event_median_ms"),
         eager_event_median_ms=data.get("eager_event_median_ms"),

@@ -31,6 +31,7 @@ from typing import Any
 
 from engine.grading.judge import placement
 from engine.grading.judge.runner_proc import RunnerOptions, RunnerProcess, process_tree
+from engine.grading.parent.template import TemplateSource
 from engine.grading.processes import die_with_parent
 
 DSL_MODULES = ("cutlass", "cutlass.cute", "tvm", "tvm_ffi")
@@ -118,15 +119,34 @@ def run_child(
 
 class Spares:
     """Submission runners started ahead of the next jobs (a fresh process per job, oldest
-    first): a runner needs seconds to import torch and the DSLs, a warm evaluation less."""
+    first): a runner needs seconds to import torch and the DSLs, a warm evaluation less.
 
-    def __init__(self, options: RunnerOptions | None, count: int = 1) -> None:
+    With a ``template`` (parent/template.py) each is forked from the slot's runner template
+    instead, one at a time: a fork empties the template's jail, so the next runner is forked
+    only once the job that holds the last one has ended (:meth:`returned`)."""
+
+    def __init__(
+        self,
+        options: RunnerOptions | None,
+        count: int = 1,
+        template: TemplateSource | None = None,
+        prime_judges: bool = True,
+    ) -> None:
         self.options = options
         self.count = max(0, count)
         self.pool: list[RunnerProcess] = []
         self.started: list[int] = []
+        self.template = template
+        self.prime_judges = prime_judges and options is not None
+        self.lent = False  # a template's runner is with a judge
 
     def refill(self) -> None:
+        if self.template is not None:
+            if not self.pool and not self.lent:
+                runner = self.template.fork()
+                if runner is not None:
+                    self.pool.append(runner)
+            return
         while self.options is not None and len(self.pool) < self.count:
             try:
                 spare = RunnerProcess.spawn(self.options)
@@ -140,6 +160,7 @@ class Spares:
         if not self.pool or self.options is None:
             return None
         spare = self.pool.pop(0)
+        self.lent = self.template is not None
         suits = job["device"] == self.options.device and (
             bool(job.get("unsafe_no_jail")) != self.options.jail
         )
@@ -166,9 +187,20 @@ class Spares:
             if done:
                 self.started.remove(pid)
 
+    def private_fds(self) -> list[int]:
+        """The template's control socket: a forked judge closes it (``_isolate``)."""
+        template = self.template.template if self.template is not None else None
+        return [template.ctl.fileno()] if template is not None else []
+
+    def returned(self) -> None:
+        """The job that held the template's runner has ended."""
+        self.lent = False
+
     def close(self) -> None:
         while self.pool:
             self.pool.pop().close()
+        if self.template is not None:
+            self.template.close()
 
 
 # the judge's phases that time calls (the eager reference's, once the judge's own runner is
@@ -266,9 +298,11 @@ def run_primed_child(
 
 def prime(spares: Spares, control: Sequence[int]) -> Primed | None:
     """Fork the next job's judge now (only when spare runners are configured)."""
-    if spares.options is None:
+    if not spares.prime_judges or spares.options is None:
         return None
     spare = spares.pool.pop(0) if spares.pool else None
+    spares.lent = spare is not None and spares.template is not None
+    control = [*control, *spares.private_fds()]
     job_read, job_write = os.pipe()
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
@@ -327,11 +361,16 @@ def serve(control_in: int, control_out: int, spares: Spares) -> None:
                     primed = None
                 pid, read_fd = fork_job(job, spares, control)
             send({"kind": "started", "pid": pid})
-            spares.refill()  # the next job's runner imports while this one is judged
-            primed = prime(spares, control)
-            spares.refill()
+            if spares.template is None:  # the next job's runner imports while this one runs
+                spares.refill()
+                primed = prime(spares, control)
+                spares.refill()
             background = BackgroundPause(started_ahead(spares, primed))
             run_supervised(pid, read_fd, job, limits, spares, send, background)
+            if spares.template is not None:  # a fork empties the jail: only now
+                spares.returned()
+                spares.refill()
+                primed = prime(spares, control)
     finally:
         if primed is not None:
             primed.discard()
@@ -352,6 +391,7 @@ def started_ahead(spares: Spares, primed: Primed | None) -> Callable[[], list[in
 def fork_job(job: dict[str, Any], spares: Spares, control: Sequence[int]) -> tuple[int, int]:
     """Fork a judge for ``job`` now (no primed judge suits it); returns (pid, result fd)."""
     spare = spares.take(job)
+    control = [*control, *spares.private_fds()]
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -414,6 +454,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--unsafe-no-jail", action="store_true", help="spare runners unjailed")
     parser.add_argument("--spares", type=int, default=1, help="runners kept started ahead")
+    parser.add_argument(
+        "--template", action="store_true", help="fork each runner from a jailed runner template"
+    )
+    parser.add_argument("--no-prime", action="store_true", help="fork no judge ahead of its job")
     args = parser.parse_args(argv)
     # a SIGKILLed engine takes its warm parent along (and, through theirs, its judges): a
     # grading left running would share the GPU with the resumed run's
@@ -439,7 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = RunnerOptions(
             device=args.spare_device, preload_dsls=not args.no_dsls, jail=not args.unsafe_no_jail
         )
-    spares = Spares(options, args.spares)
+    template = None
+    if options is not None and options.jail and args.template:
+        template = TemplateSource(options)
+        template.start()  # its imports run beside whatever comes next
+    spares = Spares(options, args.spares, template, prime_judges=not args.no_prime)
     try:
         serve(control_in, control_out, spares)
     finally:
