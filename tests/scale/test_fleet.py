@@ -64,7 +64,7 @@ async def test_fleet_survives_a_killed_grader(tmp_path: Path) -> None:
     assert len({(a, p, n) for _, a, p, n, *_ in subs}) == GRADINGS
     for sub_id, _, _, _, state, verdict, done_jobs, _ in subs:
         assert (state, verdict, done_jobs) == ("done", "preview", 1), sub_id
-    per_attempt = {}
+    per_attempt: dict[int, list[str]] = {}
     for _, attempt_id, purpose, *_ in subs:
         per_attempt.setdefault(attempt_id, []).append(purpose)
     assert all(sorted(p) == ["final", "submission"] for p in per_attempt.values())
