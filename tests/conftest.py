@@ -20,20 +20,27 @@ os.environ.setdefault("MKB_COMPILE_CACHE", tempfile.mkdtemp(prefix="mkb-test-com
 
 
 # The parallel run's longest chains, longest first (a module, or an xdist group's modules:
-# wall seconds of the 2-core CI machine, docs/benchmarks.md "Test suite"): each worker starts
-# one of them before anything else, so no long test starts in the run's last minutes.
+# `--durations` of a whole `make test` on the 2-core CI machine, docs/benchmarks.md "Cutting
+# the CI run"): the workers start them before anything else, so no long test starts in the
+# run's last minutes.
 LONGEST_FIRST = (
-    "tests/engine/test_demo.py",  # the demo group: one `mkb demo --headless` run (~100 s),
-    "tests/bundle/test_demo_roundtrip.py",  # then its export and CPU re-grade (~80 s)
-    "tests/grading/test_grading_jail_escape.py",  # a group: 18 gradings
+    "tests/engine/test_demo.py",  # the demo group: one `mkb demo --headless` run,
+    "tests/bundle/test_demo_roundtrip.py",  # then its export and CPU re-grade
+    "tests/engine/test_crash_resume.py",  # kill -9 and rerun
+    "tests/engine/test_paired_repeats_crash.py",
+    "tests/engine/test_noise_simulated.py",  # a group: one simulated 360-attempt run
     "tests/scale/test_ray_cli.py",  # three `ray start` nodes
-    "tests/scale/test_fleet.py",  # three grading services, 16 gradings
+    "tests/bundle/test_regrade.py",
+    "tests/grading/test_grading_jail_escape.py",  # a group: 18 gradings
+    "tests/solutions/test_solution_variants.py",  # DSL compiles
+    "tests/engine/test_final_repeats_crash.py",
+    "tests/grading/test_card_memory.py",
+    "tests/scale/test_fleet.py",  # three grading services, 8 gradings
     "tests/grading/test_dsl_launch_paths.py",  # a group: DSL compiles
+    "tests/tui/test_tmux_supervise.py",  # a supervised `mkb run` in tmux
     "tests/tui/test_browser_control.py",  # Chromium and two `mkb tui --serve`
     "tests/grading/test_warm_calls.py",  # a group
-    "tests/tui/test_tmux_supervise.py",  # a supervised `mkb run` in tmux
     "tests/grading/test_dsl_checks.py",  # a group
-    "tests/grading/test_card_memory.py",
 )
 
 
