@@ -20,6 +20,9 @@ from engine.scheduler import Engine
 from storage import queries
 from storage.store import Store
 
+# one worker runs the module, so its fixture's simulated run (minutes on a busy 2-core machine)
+# is built once, not once per xdist worker that draws one of its tests
+pytestmark = pytest.mark.xdist_group("noise_simulated")
 AA = {"p01": 0.03, "p02": 0.03, "p03": 0.03, "p04": 0.08, "p05": 0.08, "p06": 0.08}
 HELP = {f"p{i:02d}": 0.03 for i in range(7, 13)}  # the treatment's runtime is 10 % lower
 CONFIG = f"""

@@ -35,11 +35,17 @@ pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def ray_start(temp: str, token: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+def ray_start(
+    temp: str, token: str | None, *args: str, connect_tries: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ray start`` with ``token`` (None: auth off); ``connect_tries``: how often a joining node
+    tries the head's GCS, one second apart (Ray's default is 20: a refused join took ~20 s)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_AUTH_MODE"] = "token" if token is not None else "disabled"
     if token:
         env["RAY_AUTH_TOKEN"] = token
+    if connect_tries is not None:
+        env["RAY_gcs_server_port_wait_time_s"] = str(connect_tries)
     return subprocess.run(
         [
             RAY,
@@ -101,8 +107,10 @@ def test_only_a_node_with_the_token_joins_and_the_engine_grades_there(
     address, token, temp = head
     assert alive_nodes(temp) == 1
     for bad in (None, secrets.token_hex(16)):  # no token (auth off), a wrong token
-        out = ray_start(temp, bad, f"--address={address}")
+        # a refused token is refused on every try: 3 tries, not Ray's 20 (one second apart)
+        out = ray_start(temp, bad, f"--address={address}", connect_tries=3)
         assert out.returncode != 0, out.stdout[-2000:]
+        assert "InvalidAuthToken" in out.stderr, out.stderr[-2000:]  # refused for its token
         time.sleep(1)
         assert alive_nodes(temp) == 1  # it did not join
     out = ray_start(temp, token, f"--address={address}")

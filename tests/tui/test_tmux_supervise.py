@@ -1,5 +1,6 @@
 """Supervising a real run from a second terminal: `mkb run` of a scripted agent (the real
-Terminus-2 agent in the local sandbox, graded by the local grader in CPU preview) in one tmux
+Terminus-2 agent in the local sandbox, graded by the simulated grader: the subject is the
+supervision, and real gradings are covered by tests/engine/test_demo.py) in one tmux
 pane, `mkb tui --attach` in another, all four actions on one attempt of one experiment. Both
 attempts have no submission budget (`max_submissions = 0`) and their scripted model sends its
 `submit` again while it is refused at that limit: stop ends a running attempt within 2 s (its
@@ -42,7 +43,7 @@ replicates = 2
 budget_minutes = 10
 max_submissions = 0
 sandbox = "local"
-grading = "local"
+grading = "simulated"
 
 [control]
 max_extra_submissions = 1
