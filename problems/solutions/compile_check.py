@@ -27,6 +27,7 @@ TIRx files keep executables in ``_EXE`` (a list). Exit 0 iff every file compiled
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import importlib.util
 import os
@@ -189,8 +190,14 @@ def ensure_cuda_path() -> str | None:
     for link in ("include", os.path.join("targets", triple, "include")):
         path = os.path.join(shim, link)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        if not os.path.islink(path):
-            os.symlink(found[0], path)
+        if not (os.path.islink(path) and os.readlink(path) == found[0]):
+            # a link left by another environment (perhaps gone since) is replaced, atomically:
+            # two compile checks (one per arch) may run at once
+            tmp = f"{path}.{os.getpid()}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            os.symlink(found[0], tmp)
+            os.replace(tmp, path)
     os.environ["CUDA_PATH"] = shim
     return shim
 

@@ -3,7 +3,9 @@ GPU): the judge writes each call's inputs into it, and no input page faults in t
 
 from __future__ import annotations
 
+import mmap
 import resource
+from typing import Any
 
 import torch
 
@@ -48,6 +50,16 @@ def test_the_runner_maps_it_once_and_reads_each_calls_inputs_from_it() -> None:
     transport.close()
 
 
+def fresh_pages(_: Any) -> int:
+    """Touch 8 MiB of fresh anonymous memory: a fault per page whatever the heap's settings
+    (a runner's steady heap, set by an earlier test in this process, reuses freed memory)."""
+    region = mmap.mmap(-1, 8 << 20)
+    for offset in range(0, 8 << 20, mmap.PAGESIZE):
+        region[offset] = 1
+    region.close()
+    return 0
+
+
 def test_the_runner_reports_the_page_faults_inside_a_call() -> None:
     """The ``faults`` of a call's answer (for the call trace): none for a call that reads its
     staged inputs, thousands for one that touches 8 MiB of fresh memory."""
@@ -59,7 +71,7 @@ def test_the_runner_reports_the_page_faults_inside_a_call() -> None:
     runner.call({"id": 0})  # torch's first use
     for fresh, low, high in ((False, 0, 4), (True, 1500, 10**6)):
         runner.pending = runner.last_inputs
-        runner.solve = (lambda x: bytearray(8 << 20)) if fresh else (lambda x: x.sum())
+        runner.solve = fresh_pages if fresh else (lambda x: x.sum())
         reply = runner.call({"id": 1})
         assert low <= reply["faults"] <= high, reply
     transport.close()

@@ -206,7 +206,7 @@ from engine.config import parse_config
 from engine.control import SCHEDULING_ENDED
 from engine.scheduler import Engine
 from storage.store import Store
-from test_regrade import CONFIG, HeldRunner, OomOnce
+from test_attempt_regrade import CONFIG, HeldRunner, OomOnce
 
 def die(*args, **kwargs):  # the re-grade's verdict is stored: die before its applied mark
     os.kill(os.getpid(), signal.SIGKILL)
