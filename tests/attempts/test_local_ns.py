@@ -86,7 +86,8 @@ async def test_isolation_transfer_and_cleanup(tmp_path: Path, unsafe: bool) -> N
         assert slow.return_code == 124
 
         # many jailed processes: the kernel kills a namespace's processes one by one
-        await env.exec("for i in $(seq 100); do nohup sleep 300 >/dev/null 2>&1 & done")
+        # a duration no other test sleeps for: the check below scans the whole host's /proc
+        await env.exec("for i in $(seq 100); do nohup sleep 317 >/dev/null 2>&1 & done")
         init = env.init_pid
         cgroups = list(env._cgroup.dirs) if env._cgroup else []
     finally:
@@ -96,7 +97,7 @@ async def test_isolation_transfer_and_cleanup(tmp_path: Path, unsafe: bool) -> N
     # every other process of the namespace has: none is left, right away
     assert _state(init) in ("gone", "Z")
     leftovers = [
-        p for p in Path("/proc").iterdir() if p.name.isdigit() and b"sleep\x00300" in _cmdline(p)
+        p for p in Path("/proc").iterdir() if p.name.isdigit() and b"sleep\x00317" in _cmdline(p)
     ]
     assert leftovers == []
     assert not any((tmp_path / "sandboxes" / "mkb-sandboxes").iterdir())
