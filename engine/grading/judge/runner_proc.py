@@ -165,36 +165,13 @@ class RunnerProcess:
         switch = mmap.mmap(switch_fd, mmap.PAGESIZE)
         scratch = runner_scratch(main)
         script = main.name if main else RUNNER_MAIN
-        args = [
-            "--sock-fd",
-            str(runner_end.fileno()),
-            "--flag-fd",
-            str(switch_fd),
-            "--device",
-            options.device,
-        ]
-        if preload_modules(options):
-            args += ["--preload", preload_modules(options)]
-        for path in options.paths:
-            args += ["--path", path]
+        args = ["--sock-fd", str(runner_end.fileno()), "--flag-fd", str(switch_fd)]
         keep = [runner_end.fileno(), switch_fd]
         argv, cwd, env = jailed_command(
-            options, scratch, script, args, keep, extra=(main.name,) if main else ()
+            options, scratch, script, args + zone_args(options), keep,
+            extra=(main.name,) if main else (),
         )
-        log = open(Path(scratch) / "runner.log", "wb")  # noqa: SIM115 - handed to the child
-        share = placement.from_env()  # the slot's CPUs (judge/placement.py), if placed
-        with placement.spawning_on(share.runner if share is not None else None):
-            popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=keep,
-                start_new_session=True,
-                cwd=cwd,
-                env=env,
-            )
-        log.close()
+        popen = start_zone_process(argv, cwd, env, keep, Path(scratch) / "runner.log")
         runner_end.close()
         os.close(switch_fd)
         proc = cls(judge_end, popen.pid, switch, popen, options.device)
@@ -359,6 +336,39 @@ class RunnerProcess:
             self.switch.close()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def zone_args(options: RunnerOptions) -> list[str]:
+    """The arguments every runner-zone process takes: its device, preloads and paths."""
+    args = ["--device", options.device]
+    if preload_modules(options):
+        args += ["--preload", preload_modules(options)]
+    for path in options.paths:
+        args += ["--path", path]
+    return args
+
+
+def start_zone_process(
+    argv: list[str], cwd: str, env: dict[str, str], keep: list[int], log_path: Path
+) -> subprocess.Popen[bytes]:
+    """Start a runner-zone process (a runner or a runner template) in its own session, on
+    the slot's runner CPUs where the slot is placed (judge/placement.py), its output to
+    ``log_path``."""
+    share = placement.from_env()
+    with (
+        open(log_path, "wb") as log,
+        placement.spawning_on(share.runner if share is not None else None),
+    ):
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=keep,
+            start_new_session=True,
+            cwd=cwd,
+            env=env,
+        )
 
 
 def runner_scratch(extra: Path | None = None) -> str:

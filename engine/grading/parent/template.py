@@ -24,15 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.grading.judge import placement
 from engine.grading.judge.runner_proc import (
     JAIL_WORKDIR,
     RunnerOptions,
     RunnerProcess,
     jailed_command,
-    preload_modules,
     process_tree,
     runner_scratch,
+    start_zone_process,
+    zone_args,
 )
 from engine.grading.runner.channel import receive, send
 
@@ -68,31 +68,14 @@ class RunnerTemplate:
         self.scratch = runner_scratch()
         ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ctl = ctl
-        args = ["--ctl-fd", str(theirs.fileno()), "--device", options.device]
-        args += ["--workdir", JAIL_WORKDIR]
-        if preload_modules(options):
-            args += ["--preload", preload_modules(options)]
-        for path in options.paths:
-            args += ["--path", path]
+        args = ["--ctl-fd", str(theirs.fileno()), "--workdir", JAIL_WORKDIR]
         keep = [theirs.fileno()]
         argv, cwd, env = jailed_command(
-            options, self.scratch, TEMPLATE_MAIN, args, keep, template=True
+            options, self.scratch, TEMPLATE_MAIN, args + zone_args(options), keep, template=True
         )
-        share = placement.from_env()
-        with (
-            open(Path(self.scratch) / "template.log", "wb") as log,
-            placement.spawning_on(share.runner if share is not None else None),
-        ):
-            self.popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=keep,
-                start_new_session=True,
-                cwd=cwd,
-                env=env,
-            )
+        self.popen = start_zone_process(
+            argv, cwd, env, keep, Path(self.scratch) / "template.log"
+        )
         theirs.close()
         self.pid: int | None = None  # the template's host pid, once ready
         self.ready: dict[str, Any] = {}
