@@ -254,6 +254,9 @@ async def grade_one(
         "compile_cache": (feedback.clock or {}).get("compile_cache"),
         "runner_from_template": (feedback.clock or {}).get("runner_from_template"),
         "host": feedback.host,
+        # what a failed grading said, so a run on a lent device can be diagnosed from its record
+        "message": "" if feedback.verdict == "pass" else feedback.message[-1500:],
+        "log_tail": "" if feedback.verdict == "pass" else feedback.log_tail[-3000:],
     }
 
 

@@ -220,7 +220,11 @@ class Transport:
             reply = self.request({"op": "alloc", "sizes": sizes})
             found = reply.get("buffers") if isinstance(reply, dict) else None
             if not isinstance(found, list) or len(found) != len(sizes):
-                raise ProtocolError("the runner did not allocate the input buffers")
+                said = reply.get("error") if isinstance(reply, dict) else None
+                raise ProtocolError(
+                    "the runner did not allocate the input buffers"
+                    + (f": {str(said)[-600:]}" if said else "")
+                )
             assert self.importer is not None
             self.buffers = [
                 self.importer.view(b.get("handle"), b.get("ipc_offset"), max(1, n))

@@ -39,6 +39,7 @@ import signal
 import socket
 import stat
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 if __package__:
@@ -246,21 +247,55 @@ def serve(ctl: socket.socket, device: str, places: dict[str, int], workdir: str)
         send(ctl, {"op": "forked", "pid": pid})
 
 
-def preload(modules: str, paths: list[str]) -> list[str]:
+@contextlib.contextmanager
+def device_probe_answered(torch: Any, device: str) -> Iterator[None]:
+    """While the DSLs import in a GPU template, ``torch.cuda.is_available()`` answers True
+    without asking NVML or the driver. tvm_ffi asks at import; answered for real, NVML was
+    opened in the template, and its children (which close every descriptor they did not
+    get) saw no device: every H100 grading of 2026-12-07 ended at the runner's first
+    synchronize with ``invalid argument to exchangeDevice``. True is what a fresh runner on
+    that host is told."""
+    if device != "cuda":
+        yield
+        return
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = real
+
+
+def driver_files(fd_dir: str = "/proc/self/fd", prefix: str = "/dev/nvidia") -> list[str]:
+    """The template's descriptors open on a GPU device file: NVML or the CUDA driver was
+    initialised here, which no forked child could use."""
+    found = []
+    for name in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):
+            target = os.readlink(os.path.join(fd_dir, name))
+            if target.startswith(prefix):
+                found.append(target)
+    return found
+
+
+def preload(modules: str, paths: list[str], device: str = "cpu") -> list[str]:
     """Import torch and the modules named (optional DSLs) without touching a GPU."""
     sys.path[0:0] = [os.path.dirname(os.path.abspath(__file__)), *paths]
-    import torch  # noqa: F401
+    import torch
 
     loaded = []
-    for name in filter(None, modules.split(",")):
-        try:
-            importlib.import_module(name)
-            loaded.append(name)
-        except Exception:  # noqa: BLE001 - optional DSLs
-            continue
-    importlib.import_module("loop")
+    with device_probe_answered(torch, device):
+        for name in filter(None, modules.split(",")):
+            try:
+                importlib.import_module(name)
+                loaded.append(name)
+            except Exception:  # noqa: BLE001 - optional DSLs
+                continue
+        importlib.import_module("loop")
     if torch.cuda.is_initialized():
         raise TemplateError("CUDA was initialised in the template: its children could not")
+    if driver_files():
+        raise TemplateError(f"a GPU device was opened in the template: {driver_files()[:3]}")
     return loaded
 
 
@@ -280,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         send(ctl, {"op": "error", "error": "the template is not the jail's PID 1"})
         return 2
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
-    loaded = preload(args.preload, args.path)
+    loaded = preload(args.preload, args.path, args.device)
     gc.freeze()
     set_dumpable(0)
     if _libc().prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
