@@ -22,6 +22,8 @@
 #   redteam2   part 2 of 2                                                          (~150 s)
 #   validate   the 14 reference solutions and the two controls (ARCHS, target check) (~250 s)
 #   solutions  experiments/solutions.toml on the GPU, then its bundle (solutions.mkb) (~7 min)
+#   paired     experiments/solutions.toml resumed from a store (3rd argument), cut at PAIRED_S
+#              (default 420 s) so the store comes back; then its analysis             (~8 min)
 #   regrade    in a later lease: mkb regrade of that bundle (carry it back in)      (~7 min)
 #   throughput solutions.toml's 28 gradings and 20 of p28 (CuTe, TIRx) back to back through the
 #              local backend, two clients, the compile cache on: gradings per minute,
@@ -31,7 +33,7 @@ STEP=${1:?usage: $0 STEP OUT (or: $0 list)}
 OUT=${2:-}
 S=problems/solutions
 if [ "$STEP" = list ]; then
-  sed -n '10,28p' "$0" | sed 's/^#//'
+  sed -n '10,30p' "$0" | sed 's/^#//'
   exit 0
 fi
 : "${OUT:?OUT is required}"
@@ -61,6 +63,14 @@ case "$STEP" in
     python3 -m app.cli analyze --experiment solutions --db "$OUT/solutions.sqlite" \
       > "$OUT/solutions.analysis.txt"
     python3 -m app.cli bundle export solutions --db "$OUT/solutions.sqlite" --out "$OUT/solutions.mkb" ;;
+  paired)
+    STORE=${3:?paired needs a store to resume: $0 paired OUT STORE}
+    cp "$STORE" "$OUT/sol.sqlite"
+    timeout "${PAIRED_S:-420}" python3 -m app.cli run experiments/solutions.toml --db "$OUT/sol.sqlite" \
+      > "$OUT/run.txt" 2>&1 || echo "rc=$?" >> "$OUT/run.txt"
+    python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+      "$OUT/sol.sqlite"  # a run cut by the limit left its last writes in the WAL
+    python3 -m app.cli analyze --experiment solutions --db "$OUT/sol.sqlite" > "$OUT/analysis.txt" ;;
   regrade)
     BUNDLE=${3:?regrade needs the bundle: $0 regrade OUT BUNDLE}
     python3 -m app.cli bundle verify "$BUNDLE"
