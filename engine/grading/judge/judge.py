@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.grading.admission import INFRA_DEVICE_LOST
 from engine.grading.judge import placement
 from engine.grading.judge.breakdown import CallBreakdown
 from engine.grading.judge.clock import JudgeClock
@@ -128,7 +129,7 @@ class Judge:
 
     def start_submission(self) -> RunnerProcess:
         """The submission's runner: started, its clock calibrated, the submission imported."""
-        from engine.grading.judge.wire import Transport
+        from engine.grading.judge.wire import ProtocolError, Transport
 
         evaluation = self.evaluation
         start = _monotonic()
@@ -140,6 +141,13 @@ class Judge:
         )
         self.result["clock"] = self.clock.calibrate(runner, evaluation.transport)
         evaluation.timed("calibration", start)
+        try:  # before the import: a runner that cannot use the device is our failure
+            evaluation.transport.preflight()
+        except ProtocolError as exc:
+            raise InfrastructureError(
+                f"the runner could not use the device before the submission ran: {exc}",
+                reason=INFRA_DEVICE_LOST,
+            ) from exc
         self.figures.base_threads = runner.ready.get("threads")
         evaluation.phase("import")
         start = _monotonic()
@@ -304,13 +312,18 @@ class Judge:
     def call(self, seed: int, timed: bool = False, warm: bool = False) -> Draw:
         """Run one call in the runner; returns the judge-owned outputs and the pristine
         inputs. ``warm``: an untimed call on the previous inputs first (EvalConfig.warm_calls)."""
+        from engine.grading.judge.wire import ProtocolError
+
         evaluation = self.evaluation
         runner = evaluation.runner
         assert runner is not None
         inputs = evaluation.inputs(seed)
         if warm:
             evaluation.warm(runner, evaluation.deadline, "submission")
-        shipment = evaluation.transport.ship(inputs)
+        try:  # the runner's device was sound before the import (preflight)
+            shipment = evaluation.transport.ship(inputs)
+        except ProtocolError as exc:
+            raise Rejected("runner.protocol", f"the runner did not take the inputs: {exc}") from exc
         staged, _ = runner.request(
             evaluation.stage_message(shipment.layout), evaluation.deadline, shipment.fds
         )

@@ -233,6 +233,13 @@ class Transport:
             self.sizes = list(sizes)
         return self.buffers
 
+    def preflight(self) -> None:
+        """Allocate and share one byte on the runner's device, before the submission is
+        imported: a failure then is ours (the runner cannot use the device), while a failure
+        of the inputs' allocation after the import is the submission's."""
+        if self.cuda:
+            self._device_buffers([1])
+
     def ship(self, inputs: list[Any]) -> Shipment:
         """Lay out ``inputs`` for the runner; CUDA bytes are copied into its buffers now."""
         tensors: list[torch.Tensor] = []
