@@ -231,9 +231,6 @@ def band_of(problem: str, dsl: str, host: str, items: Sequence[Series]) -> Band:
     """One (problem, DSL, host) band: outliers rejected, then the pooled within-series SD."""
     groups = [logs for s in items if len(logs := _logs(s.values_ms)) >= 2]
     scale = robust_sigma(groups)
-    within = sum(len(g) - 1 for g in groups)
-    if scale is not None and within:  # its upper bound: a scale small by chance rejects none
-        scale *= math.sqrt(within / chi2_quantile(0.05, within))
     ss, dof, used, gradings, rejected = 0.0, 0, 0, 0, 0
     for logs in groups:
         flags = _rejected(logs, scale)

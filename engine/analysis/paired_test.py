@@ -252,7 +252,7 @@ def paired_test_gradings(
     with the bands' prior and no second screen of the differences (the grading rule sees every
     outlier it would, and without a band 3 differences' MAD is too fragile a reference); see
     :func:`outlier_dominated` for when no test is left."""
-    band_dof = prior_dof if prior_dof > 0 else None
+    band_dof = min(prior_dof, PRIOR_DOF_CAP) if prior_dof > 0 else None  # as the test counts it
     diffs, rejected, dropped, basis = screen_pairs(base_ms, treat_ms, *sigmas, refs, band_dof)
     prior_sd, _ = prior_of(list(sigmas), [prior_dof, prior_dof])
     if outlier_dominated(len(diffs), dropped, basis):

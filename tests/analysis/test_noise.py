@@ -269,18 +269,6 @@ def test_degenerate_bands_have_none_and_say_why() -> None:
     assert few.as_dict()["reason"] == "2 dof < 4"
 
 
-def test_a_small_band_rejects_no_clean_grading_by_a_scale_small_by_chance() -> None:
-    # two series of 3 at CV 25 %: the robust scale of 6 gaps is often small by chance, and
-    # judged against it 2.3 % of clean bands lost a grading (σ̂ shrunk by the trim); against
-    # its upper confidence bound (ν = 4) 0.25 %
-    rng = np.random.default_rng(2)
-    hit = 0
-    for _ in range(2000):
-        items = [Series("p", "h", tuple(np.exp(rng.normal(0, 0.25, 3))), f"s{i}") for i in (1, 2)]
-        hit += pool(items)[("p", "", "h")].rejected > 0
-    assert hit / 2000 < 0.01
-
-
 def test_one_2x_outlier_among_twelve_gradings_is_rejected_and_counted() -> None:
     rng = random.Random(4)
     values = list(_gradings(rng, 0.03, 12))
