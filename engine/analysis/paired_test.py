@@ -16,8 +16,9 @@ a t interval with ``ν₀ + k − 1`` degrees of freedom and a two-sided p-value
 Outliers, first per grading (:func:`screen_pairs`): each arm of a paired job is k gradings of one
 unchanged file on one slot, so a grading slower than the fastest reading of its file (the arm's
 gradings and its attempt's own finals on that host) by more than
-``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the arm's band, else
-the arm's own 1.4826 · MAD from 3 gradings on); no pair left, or half the pairs or more dropped
+``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the 95 % upper
+confidence bound of the arm's band from its dof, :func:`sigma_upper`; else the arm's own
+1.4826 · MAD from 3 gradings on); no pair left, or half the pairs or more dropped
 on the arms' own spread, leaves the comparison *outlier-dominated*: no test. Where only the
 differences are known (:func:`paired_test` alone, the sequential rule's looks): a difference
 farther than :data:`OUTLIER_Z` reference SDs from the differences' median is rejected before
