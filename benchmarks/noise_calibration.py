@@ -155,7 +155,7 @@ def looked(
     if difference_rule:
         return differences(base, treat)
     ms = [math.exp(v) for v in base], [math.exp(v) for v in treat]
-    diffs, _, dropped, basis = screen_pairs(*ms, *sigmas)
+    diffs, _, dropped, basis = screen_pairs(*ms, *sigmas, dof=BAND_DOF)
     return None if outlier_dominated(len(diffs), dropped, basis) else diffs
 
 

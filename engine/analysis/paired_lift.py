@@ -97,7 +97,7 @@ def _estimate(
     est = paired_test_gradings(base, treat, sigmas, dof, refs=refs)
     if adaptive_max is None or est.p is None:
         return est, est.p
-    diffs = screen_pairs(base, treat, *sigmas, refs)[0]
+    diffs = screen_pairs(base, treat, *sigmas, refs, dof if dof > 0 else None)[0]
     if len(diffs) < sequential.FIRST_LOOK:  # outliers left one pair: it is the first look
         return est, min(est.p / sequential.look_weight(sequential.FIRST_LOOK, adaptive_max), 1.0)
     band = sequential.arms_band((sigmas[0], dof), (sigmas[1], dof))

@@ -16,8 +16,9 @@ a t interval with ``ν₀ + k − 1`` degrees of freedom and a two-sided p-value
 Outliers, first per grading (:func:`screen_pairs`): each arm of a paired job is k gradings of one
 unchanged file on one slot, so a grading slower than the fastest reading of its file (the arm's
 gradings and its attempt's own finals on that host) by more than
-``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the arm's band, else
-the arm's own 1.4826 · MAD from 3 gradings on); no pair left, or half the pairs or more dropped
+``max(OUTLIER_Z · √2 · σ, log 1.5)`` is rejected and its pair dropped (σ: the 95 % upper
+confidence bound of the arm's band from its dof, :func:`sigma_upper`; else the arm's own
+1.4826 · MAD from 3 gradings on); no pair left, or half the pairs or more dropped
 on the arms' own spread, leaves the comparison *outlier-dominated*: no test. Where only the
 differences are known (:func:`paired_test` alone, the sequential rule's looks): a difference
 farther than :data:`OUTLIER_Z` reference SDs from the differences' median is rejected before
@@ -151,8 +152,23 @@ def outliers(diffs: Sequence[float], prior_sd: float | None) -> list[bool]:
     return [abs(d - middle) > OUTLIER_Z * ref for d in diffs]
 
 
+def sigma_upper(sigma: float, dof: int | None) -> float:
+    """σ's one-sided 95 % upper confidence bound ``σ · √(ν / χ²₀.₀₅(ν))`` from a band of ν
+    degrees of freedom (``dof`` None: σ is taken as known). An outlier bound built on the
+    point estimate rejects genuine gradings whenever σ̂ is small by chance, which trims the
+    sample exactly when its band already understates the noise (docs/analysis.md)."""
+    if dof is None:
+        return sigma
+    if dof < 1:
+        raise ValueError("a band's sigma needs at least one degree of freedom")
+    return sigma * math.sqrt(dof / float(special.chdtri(dof, 0.95)))
+
+
 def slow_outliers(
-    logs: Sequence[float | None], sigma: float | None, refs: Sequence[float] = ()
+    logs: Sequence[float | None],
+    sigma: float | None,
+    refs: Sequence[float] = (),
+    dof: int | None = None,
 ) -> tuple[list[bool], str]:
     """Which gradings of one arm (log runtimes; None: invalid) are outliers, and the basis.
 
@@ -160,8 +176,9 @@ def slow_outliers(
     readings of that file on that host, e.g. its attempt's own finals), not the median: slowdowns
     (a busy host, a throttled clock) only add time, and with 2 of 3 gradings slowed the median is
     an outlier's. The bound is ``max(OUTLIER_Z · √2 · σ, log 1.5)`` above it (a grading less the
-    fastest is a difference of two gradings: SD √2 σ); σ is the arm's band (``band``), else
-    1.4826 · MAD of the readings from 3 on (``own spread``); else nothing is judged."""
+    fastest is a difference of two gradings: SD √2 σ); σ is the arm's band (``band``: its
+    upper confidence bound from ``dof``, :func:`sigma_upper`), else 1.4826 · MAD of the
+    readings from 3 on (``own spread``); else nothing is judged."""
     valid = [v for v in logs if v is not None] + list(refs)
     if len(valid) < 2:
         return [False] * len(logs), "none"
@@ -172,6 +189,8 @@ def slow_outliers(
         middle = statistics.median(valid)
         sigma = MAD_TO_SD * statistics.median(abs(v - middle) for v in valid)
         basis = "own spread"
+    else:
+        sigma = sigma_upper(sigma, dof)
     bound = max(OUTLIER_Z * math.sqrt(2) * sigma, MIN_SLOWDOWN)
     fastest = min(valid)
     return [v is not None and v - fastest > bound for v in logs], basis
@@ -187,15 +206,16 @@ def screen_pairs(
     sigma_base: float | None,
     sigma_treat: float | None,
     refs: tuple[Sequence[float | None], Sequence[float | None]] = ((), ()),
+    dof: int | None = None,
 ) -> tuple[list[float], int, int, str]:
     """The pair differences after per-grading outliers are dropped (see :func:`slow_outliers`;
-    ``refs``: each arm's other readings of its file, ms): (differences kept, gradings rejected,
-    pairs dropped, basis; the weaker arm's basis)."""
+    ``refs``: each arm's other readings of its file, ms; ``dof``: the bands' smallest): (differences
+    kept, gradings rejected, pairs dropped, basis; the weaker arm's basis)."""
     base = [_log(v) for v in base_ms]
     treat = [_log(v) for v in treat_ms]
     ref_b, ref_t = ([x for x in map(_log, r) if x is not None] for r in refs)
-    bad_b, basis_b = slow_outliers(base, sigma_base, ref_b)
-    bad_t, basis_t = slow_outliers(treat, sigma_treat, ref_t)
+    bad_b, basis_b = slow_outliers(base, sigma_base, ref_b, dof)
+    bad_t, basis_t = slow_outliers(treat, sigma_treat, ref_t, dof)
     diffs: list[float] = []
     dropped = 0
     for b, t, xb, xt in zip(base, treat, bad_b, bad_t, strict=False):
@@ -233,7 +253,8 @@ def paired_test_gradings(
     with the bands' prior and no second screen of the differences (the grading rule sees every
     outlier it would, and without a band 3 differences' MAD is too fragile a reference); see
     :func:`outlier_dominated` for when no test is left."""
-    diffs, rejected, dropped, basis = screen_pairs(base_ms, treat_ms, *sigmas, refs)
+    band_dof = min(prior_dof, PRIOR_DOF_CAP) if prior_dof > 0 else None  # as the test counts it
+    diffs, rejected, dropped, basis = screen_pairs(base_ms, treat_ms, *sigmas, refs, band_dof)
     prior_sd, _ = prior_of(list(sigmas), [prior_dof, prior_dof])
     if outlier_dominated(len(diffs), dropped, basis):
         mean = sum(diffs) / len(diffs) if diffs else None

@@ -314,3 +314,36 @@ def test_an_adaptive_job_left_with_one_pair_by_an_outlier_is_its_first_look() ->
 def test_the_design_is_read_from_the_stored_config(grading: str, expected: int | None) -> None:
     assert adaptive_max(f'[experiment]\nname = "e"\n\n[grading]\n{grading}\n') == expected
     assert adaptive_max("not [ toml") is None
+
+
+def _synthetic(cid: int, base: list[float], treat: list[float]) -> PairedComparison:
+    """A comparison of one slot with its arms' series named as the store names them."""
+    arms = []
+    for arm, values in (("baseline", base), ("treatment", treat)):
+        key = f"pair:e:{cid}:{arm}"
+        arms.append(
+            tuple(
+                PairedGrading(key, i, "tirx", "h", "h:gpu0", "pass", v, None)
+                for i, v in enumerate(values)
+            )
+        )
+    return PairedComparison(cid, "m", "p01", "cute->tirx", cid, arms[0], arms[1])
+
+
+def test_a_comparison_is_never_shrunk_toward_its_own_series() -> None:
+    # its own two series alone would make a 4-dof band: counted twice, its σ would lend it
+    # dof it does not have (an anti-conservative t); only other comparisons' series may
+    mine = _synthetic(1, [1.0, 1.2, 0.9], [1.1, 0.95, 1.05])
+    own = [
+        Series("p01", "h", tuple(g.impl_median_ms or 0.0 for g in arm), arm[0].series, "tirx")
+        for arm in (mine.baseline, mine.treatment)
+    ]
+    alone = paired_calls([mine], {"e2e": own, "span": []})[0]["clocks"]["e2e"]
+    assert (alone["prior"], alone["dof"]) == (False, 2)
+    other = _synthetic(2, [1.0, 1.1, 0.95], [1.0, 1.05, 0.9])
+    theirs = [
+        Series("p01", "h", tuple(g.impl_median_ms or 0.0 for g in arm), arm[0].series, "tirx")
+        for arm in (other.baseline, other.treatment)
+    ]
+    lent = paired_calls([mine], {"e2e": own + theirs, "span": []})[0]["clocks"]["e2e"]
+    assert (lent["prior"], lent["dof"]) == (True, 4 + 2)  # the other's 4 dof, its own 2

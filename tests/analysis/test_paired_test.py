@@ -18,6 +18,7 @@ from engine.analysis.paired_test import (
     paired_test_gradings,
     pairing_status,
     prior_of,
+    sigma_upper,
 )
 
 
@@ -130,6 +131,39 @@ def test_a_clean_comparison_loses_nothing() -> None:
     for _ in range(200):  # CV 25 % at its band: no clean grading is judged slow
         b, t = np.exp(rng.normal(0, 0.25, 5)), np.exp(rng.normal(0, 0.25, 5))
         assert paired_test_gradings(list(b), list(t), (0.25, 0.25), 20).rejected_gradings == 0
+
+
+def test_sigma_upper_is_the_chi2_upper_confidence_bound() -> None:
+    for dof in (1, 4, 8, 20):
+        expected = 0.1 * math.sqrt(dof / sps.chi2.ppf(0.05, dof))
+        assert sigma_upper(0.1, dof) == pytest.approx(expected)
+    assert sigma_upper(0.1, None) == 0.1  # σ taken as known
+    with pytest.raises(ValueError):
+        sigma_upper(0.1, 0)
+
+
+def test_a_band_small_by_chance_does_not_trim_genuine_gradings() -> None:
+    # CV 25 %, a band of 4 dof that came out at 0.09 by chance: a 1.9x grading is 2.6 true σ
+    # (within noise); the point estimate's bound (log 1.9 > 5·√2·0.09) dropped its pair
+    base, treat = [1.0, 1.9, 1.05], [1.0, 1.1, 0.95]
+    assert paired_test_gradings(base, treat, (0.09, 0.09), 4).rejected_gradings == 0
+    # a real 2x outlier at a 4-dof band of a quiet (CV 3 %) problem is still caught
+    quiet = paired_test_gradings([1.0, 2.0, 1.02], [1.0, 1.01, 0.99], (0.03, 0.03), 4)
+    assert (quiet.rejected_gradings, quiet.dropped_pairs) == (1, 1)
+
+
+def test_clean_null_comparisons_at_small_bands_keep_their_gradings() -> None:
+    # bands of 4 dof drawn as σ·√(χ²₄/4), CV 25 %, k = 3: judged against σ̂ itself 2.8 % of
+    # clean comparisons lost a grading (each loss shrinks the pair's spread: a false call's
+    # far tail); against σ̂'s upper bound 0.1 %
+    rng = np.random.default_rng(1)
+    trimmed = 0
+    for _ in range(2000):
+        band = 0.25 * math.sqrt(rng.chisquare(4) / 4)
+        b, t = np.exp(rng.normal(0, 0.25, 3)), np.exp(rng.normal(0, 0.25, 3))
+        est = paired_test_gradings(list(b), list(t), (band, band), 4)
+        trimmed += est.rejected_gradings > 0
+    assert trimmed / 2000 < 0.01
 
 
 def test_the_report_counts_rejected_gradings() -> None:
