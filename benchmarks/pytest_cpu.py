@@ -8,8 +8,10 @@
 A pytest plugin (``-p pytest_cpu``, with ``benchmarks`` on ``PYTHONPATH``): each worker moves
 itself into ``/sys/fs/cgroup/cpuacct/mkb-test-<worker>`` (cgroup v1; needs root) and writes one
 JSON line per test — its node id, CPU seconds and wall seconds — to ``$MKB_TEST_CPU_OUT``
-(default ``/tmp/mkb-test-cpu.jsonl``). A process a test leaves behind is charged to the tests
-that follow it on that worker. Run as a script, it prints the per-file totals.
+(default ``/tmp/mkb-test-cpu.jsonl``; ``$MKB_TEST_CPU_GROUP`` replaces the groups'
+``mkb-test`` prefix, so two suites measured at once never share one). A process a test leaves
+behind is charged to the tests that follow it on that worker. Run as a script, it prints the
+per-file totals.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ _group: list[Path] = []
 
 def pytest_configure(config: Any) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    group = ROOT / f"mkb-test-{worker}"
+    # a prefix of its own per run, so two suites measured at once never share a group
+    prefix = os.environ.get("MKB_TEST_CPU_GROUP", "mkb-test")
+    group = ROOT / f"{prefix}-{worker}"
     try:
         group.mkdir(exist_ok=True)
         (group / "cgroup.procs").write_text(str(os.getpid()))

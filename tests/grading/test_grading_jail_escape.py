@@ -64,20 +64,39 @@ def test_the_jail_stops_the_probe(grade, canaries, probe: str) -> None:
     )
 
 
-@pytest.mark.parametrize("probe", PROBES)
-def test_without_the_jail_the_probe_succeeds(grade_unjailed, canaries, probe: str) -> None:
-    """The positive control: the probe is able to escape when nothing stops it."""
-    if probe == "uid_zero" and os.getuid() != 0:
-        pytest.skip("the tests do not run as root here")
+def _can_escape_here(probe: str) -> bool:
+    """Whether this host lets the probe succeed at all (root for uid 0, a route out for UDP)."""
+    if probe == "uid_zero":
+        return os.getuid() == 0
     if probe == "udp_to_internet":
         try:
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("8.8.8.8", 53))
         except OSError:
-            pytest.skip("this host has no route to a non-loopback address")
-    feedback = grade_unjailed(probe_source(probes(canaries)[probe]))
+            return False
+    return True
+
+
+def test_without_the_jail_every_probe_succeeds(grade_unjailed, canaries) -> None:
+    """The positive control, in one grading (an unjailed grading starts a fresh runner, ~4 s
+    of CPU): a submission that tries every probe this host allows, and computes the honest
+    result only if each one escaped. When it fails, each probe is graded alone to name it."""
+    found = probes(canaries)
+    chosen = [p for p in PROBES if _can_escape_here(p)]
+    assert {"read_project_tree", "write_project_tree", "engine_port_on_loopback"} <= set(chosen)
+    # the write probe is False by design (what counts is the host file): its write comes first
+    body = " and ".join(
+        f"({found[p]} or True)" if p == "write_project_tree" else f"({found[p]})"
+        for p in sorted(chosen, key=lambda p: p != "write_project_tree")
+    )
+    feedback = grade_unjailed(probe_source(body))
     assert feedback.jailed is False
-    if probe == "write_project_tree":
-        assert Path(canaries["planted"]).exists()  # the host file was written
-        Path(canaries["planted"]).unlink()
-    else:
-        assert feedback.verdict == "preview", (feedback.reason, feedback.message)
+    if feedback.verdict != "preview":
+        stopped = [
+            p
+            for p in chosen
+            if p != "write_project_tree"  # its verdict is a fail by design
+            and grade_unjailed(probe_source(found[p])).verdict != "preview"
+        ]
+        pytest.fail(f"probes that did not escape without the jail: {stopped} ({feedback.reason})")
+    assert Path(canaries["planted"]).exists()  # the host file was written
+    Path(canaries["planted"]).unlink()
