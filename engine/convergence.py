@@ -42,6 +42,10 @@ def skill_hash(text: str | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
 
 
+class PreviewMixError(ValueError):
+    """A CPU-preview run of an experiment whose store holds scored (GPU) verdicts."""
+
+
 @dataclass
 class RunLockClaim:
     """Who this engine is, for the run lock (``storage/run_locks.py``)."""
@@ -58,8 +62,15 @@ def prepare(
     """The one write that starts a run; returns the attempt id of every plan key.
 
     First, in the same transaction, the run lock: a second engine on this experiment stops
-    here (``ExperimentBusyError``) having changed nothing.
+    here (``ExperimentBusyError``) having changed nothing, as does a CPU-preview run of an
+    experiment already scored on a GPU (:class:`PreviewMixError`).
     """
+    if preview and queries.scored_on_a_gpu(db, config.id):
+        raise PreviewMixError(
+            f"experiment {config.id!r} in this store was graded on a GPU, and this run would "
+            "grade in CPU preview: its verdicts would be mixed with scored ones. Resume it on a "
+            "GPU host, or preview it in another store (--db)"
+        )
     claim.taken_over = run_locks.acquire(
         db, config.id, claim.owner, command=claim.command, stale_after_s=claim.stale_after_s
     )

@@ -315,6 +315,17 @@ def ungraded_reasons(db: Database, experiment_id: str) -> dict[str, int]:
     }
 
 
+def scored_on_a_gpu(db: Database, experiment_id: str) -> bool:
+    """The experiment is not marked PREVIEW and holds a scored pass (only a GPU gives one)."""
+    row = db.execute(
+        "SELECT 1 FROM experiments e WHERE e.id = ? AND e.preview = 0 AND EXISTS ("
+        " SELECT 1 FROM submissions s JOIN attempts a ON a.id = s.attempt_id"
+        " WHERE a.experiment_id = e.id AND s.verdict = 'pass')",
+        [experiment_id],
+    ).fetchone()
+    return row is not None
+
+
 def steps(db: Database, attempt_id: int, after_id: int = 0, limit: int = 1000) -> list[StepRow]:
     """Trajectory steps of an attempt with id > ``after_id`` (for incremental tailing)."""
     return _rows(

@@ -107,6 +107,7 @@ def execute(config: Any, db: str | None, *, rerun_stale: bool = False,
 def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -> int:
     from app.errors import UsageError
     from app.progress import JsonEventStream, ProgressDisplay
+    from engine.convergence import PreviewMixError
     from engine.events import EventBus, FleetStatus
     from engine.factory import make_backend, make_runner
     from engine.scheduler import Engine
@@ -161,7 +162,7 @@ def _execute(store: Any, config: Any, *, rerun_stale: bool, json_events: bool) -
               file=sys.stderr)
         store.close()
         return 130
-    except (ExperimentBusyError, TargetMismatchError) as exc:  # nothing was changed
+    except (ExperimentBusyError, TargetMismatchError, PreviewMixError) as exc:  # nothing changed
         store.close()
         raise UsageError(str(exc)) from exc
     store.close()
