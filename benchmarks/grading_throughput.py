@@ -237,6 +237,7 @@ async def grade_one(
     feedback = await backend.grade(request)
     await store.write(writes.finish_grading_job, job_id, feedback.to_dict())
     timings = feedback.timings_s or {}
+    graded = feedback.verdict in ("pass", "preview")  # a CPU preview is no failure either
     return {
         "phase": phase,
         "n": n,
@@ -255,8 +256,8 @@ async def grade_one(
         "runner_from_template": (feedback.clock or {}).get("runner_from_template"),
         "host": feedback.host,
         # what a failed grading said, so a run on a lent device can be diagnosed from its record
-        "message": "" if feedback.verdict == "pass" else feedback.message[-1500:],
-        "log_tail": "" if feedback.verdict == "pass" else feedback.log_tail[-3000:],
+        "message": "" if graded else feedback.message[-1500:],
+        "log_tail": "" if graded else feedback.log_tail[-3000:],
     }
 
 

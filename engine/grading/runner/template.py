@@ -294,8 +294,9 @@ def preload(modules: str, paths: list[str], device: str = "cpu") -> list[str]:
         importlib.import_module("loop")
     if torch.cuda.is_initialized():
         raise TemplateError("CUDA was initialised in the template: its children could not")
-    if driver_files():
-        raise TemplateError(f"a GPU device was opened in the template: {driver_files()[:3]}")
+    opened = driver_files()
+    if opened:
+        raise TemplateError(f"a GPU device was opened in the template: {opened[:3]}")
     return loaded
 
 
