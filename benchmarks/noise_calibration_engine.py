@@ -12,7 +12,8 @@ runtime is 1/ρ of the baseline's). The grader's slots sit on simulated hosts wi
 and log-normal noise (a CV). Scenarios: CV 3/10/25 % on one host; two hosts, the second 10 %
 slower (each paired job on one slot, as the engine places it); gradings spread over the two
 hosts whatever slot a job names (each on a slot drawn from its request id: a pool that ignores
-paired slots; the analysis must label such comparisons ``cross_host``); mixed DSL noise (CuTe
+paired slots; the analysis leaves out a pair split over two hosts and labels a comparison with
+no pair on one host ``cross_host``); mixed DSL noise (CuTe
 3 %, TIRx 25 %); 2× outliers (a tenth of gradings).
 Gradings counted are the paired jobs' (each attempt's own final is common to every design).
 

@@ -29,7 +29,6 @@ import contextlib
 import functools
 import itertools
 import json
-import socket
 import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from engine.events import FinalRepeatGraded, Publisher
 from engine.grading.admission import runtime_defect
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.gate import GradingGate
+from engine.grading.machine import machine_name
 from engine.plan import Plan
 from engine.retry import RetryPolicy
 from storage import repeats as repeat_rows
@@ -61,7 +61,7 @@ def grading_host(backend_name: str, device: str, reported: str = "") -> str:
 
 @functools.cache
 def _this_host() -> str:
-    return socket.gethostname()
+    return machine_name()
 
 
 async def until_either(work: Awaitable[Any], stop: asyncio.Event) -> None:

@@ -1,9 +1,11 @@
 """Each comparison decided from its paired, interleaved finals (docs/analysis.md, "Paired
 test"): per clock (end to end, the paper's; the GPU span) the estimate of log ρ with its t
 interval, the Benjamini–Hochberg q across the experiment's paired comparisons and the call
-(``help`` / ``harm`` beyond noise at q ≤ 0.05, ``within``, ``untested``); a comparison whose
-pairs ran on different slots is ``cross_host``, one without pairs ``unpaired``: neither is
-ever called beyond noise. Where the two clocks' calls differ, the row says so.
+(``help`` / ``harm`` beyond noise at q ≤ 0.05, ``within``, ``untested``). The test takes only
+pairs whose two gradings ran on one slot; a pair split over two slots (a job resumed on
+another machine) is left out and counted (``split_pairs``). A comparison with no pair on one
+slot is ``cross_host``, one without pairs ``unpaired``: neither is ever called beyond noise.
+Where the two clocks' calls differ, the row says so.
 
 The prior of a comparison's variance is the band of (problem, DSL, host) of each arm pooled
 from the experiment's series *other than the comparison's own* (leave-one-out: its own
@@ -15,6 +17,7 @@ the report's ``outliers``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import tomllib
@@ -32,6 +35,7 @@ from engine.analysis.paired_test import (
     call_of,
     paired_test_gradings,
     pairing_status,
+    same_slot,
     screen_pairs,
 )
 from engine.analysis.power import paired_power
@@ -118,13 +122,29 @@ def paired_calls(
     groups = {clock: _grouped(series.get(clock, ())) for clock in CLOCKS}
     rows: list[dict[str, Any]] = []
     for c in comparisons:
-        status = pairing_status([(b.where, t.where) for b, t in c.pairs])
+        slots = [(b.where, t.where) for b, t in c.pairs]
+        status = pairing_status(slots)
+        tested_pairs = [pair for pair, same in zip(c.pairs, same_slot(slots), strict=True) if same]
+        kept = dataclasses.replace(
+            c,
+            baseline=tuple(b for b, _ in tested_pairs),
+            treatment=tuple(t for _, t in tested_pairs),
+        )
         tests = {
-            clock: _estimate(c, clock, groups[clock], solo or {}, adaptive_max) for clock in CLOCKS
+            clock: _estimate(kept, clock, groups[clock], solo or {}, adaptive_max)
+            for clock in CLOCKS
         }
         clocks = {clock: est for clock, (est, _) in tests.items()}
         tested = {clock: p for clock, (_, p) in tests.items()}
-        rows.append({"comparison": c, "status": status, "clocks": clocks, "tested_p": tested})
+        rows.append(
+            {
+                "comparison": c,
+                "split": len(slots) - len(tested_pairs),
+                "status": status,
+                "clocks": clocks,
+                "tested_p": tested,
+            }
+        )
     for clock in CLOCKS:
         ps = [r["tested_p"][clock] if r["status"] == PAIRED else None for r in rows]
         for r, q in zip(rows, bh_qvalues(ps), strict=True):
@@ -161,6 +181,7 @@ def _row(r: dict[str, Any], adaptive: bool = False) -> dict[str, Any]:
         "status": status,
         "slots": hosts,
         "pairs": len(c.pairs),
+        "split_pairs": r["split"],
         "call": calls["e2e"],
         "clocks": clocks,
         "clocks_disagree": disagree,
@@ -170,6 +191,11 @@ def _row(r: dict[str, Any], adaptive: bool = False) -> dict[str, Any]:
                 *(
                     [f"clocks disagree: end to end {calls['e2e']}, GPU span {calls['span']}"]
                     if disagree
+                    else []
+                ),
+                *(
+                    [f"{r['split']} pair(s) split over two slots left out of the test"]
+                    if r["split"] and status == PAIRED
                     else []
                 ),
                 *_outlier_notes(clocks),

@@ -299,11 +299,19 @@ def paired_test(
 
 
 def pairing_status(slots: Sequence[tuple[str, str]]) -> str:
-    """``paired`` when every pair's two gradings ran on one slot, ``cross_host`` when any pair
-    spans two, ``unpaired`` without pairs (``slots``: (baseline slot, treatment slot) per pair)."""
+    """``paired`` when at least one pair's two gradings ran on one slot (the test takes those
+    pairs only: :func:`same_slot`), ``cross_host`` when every pair spans two slots,
+    ``unpaired`` without pairs (``slots``: (baseline slot, treatment slot) per pair)."""
     if not slots:
         return UNPAIRED
-    return PAIRED if all(base == treat for base, treat in slots) else CROSS_HOST
+    return PAIRED if any(base == treat for base, treat in slots) else CROSS_HOST
+
+
+def same_slot(slots: Sequence[tuple[str, str]]) -> list[bool]:
+    """Per pair, whether its two gradings ran on one slot: a pair split over two slots (a job
+    resumed on another machine, or moved after its slot died) compares two hosts' speeds, so
+    the test leaves it out and the row counts it."""
+    return [base == treat for base, treat in slots]
 
 
 def bh_qvalues(pvalues: Sequence[float | None]) -> list[float | None]:

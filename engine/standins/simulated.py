@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 import re
-import socket
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from typing import Any
 from engine.attempts.spec import AttemptOutcome, AttemptSpec
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
 from engine.grading.backends.slot_pool import SlotPool, wanted_label
+from engine.grading.machine import machine_name
 
 
 def _unit(*parts: object) -> float:
@@ -101,7 +101,7 @@ class SimulatedBackend:
     def host_of(self, label: str) -> str:
         """The simulated host of slot ``label`` (``sim<i>``)."""
         if not self.hosts:
-            return socket.gethostname()
+            return machine_name()
         return self.hosts[int(label.removeprefix("sim")) % len(self.hosts)]
 
     def _wanted(self, request: GradeRequest) -> str:

@@ -58,7 +58,8 @@ def test_a_tiny_experiment_through_the_engine(tmp_path: Path) -> None:
     """Null comparisons at CV 3 % on one host, k = 3 (deterministic: the noise is keyed by
     request): none called beyond noise; a 2× help called help in every comparison. Adaptive on
     two hosts 10 % apart (its stops depend on which bands exist yet, so only the clear effect
-    is asserted): the 2× help called help, the jobs cheaper than 5 pairs each."""
+    is asserted): the 2× help called help, the jobs cheaper than 5 pairs each. Spread over two
+    hosts: no null called, a cross_host comparison never called."""
     truth = {"p01": 1.0, "p02": 1.0, "p03": 2.0}
     fixed = run_experiment(Scenario("one", 0.03), "fixed_k3", truth, 2, 1, tmp_path / "k3.sqlite")
     calls = set(fixed["calls"])
@@ -72,8 +73,11 @@ def test_a_tiny_experiment_through_the_engine(tmp_path: Path) -> None:
     assert adaptive["gradings"] < 10 * len(adaptive["calls"])
     rr = Scenario("spread", 0.03, ("host0", "host1"), scatter=True)
     crossed = run_experiment(rr, "fixed_k3", truth, 1, 1, tmp_path / "rr.sqlite")
-    assert summarize([crossed])["cross_host_share"] > 0.5  # labelled, so never called
+    # each repeat on either host: a pair split over the two is left out, a comparison with
+    # none on one slot is cross_host, and neither the nulls nor a cross_host one is called
+    assert {s for _, _, s in crossed["calls"]} <= {"paired", "cross_host"}
     assert all(c not in ("help", "harm") for c, _, s in crossed["calls"] if s == "cross_host")
+    assert all(c not in ("help", "harm") for c, rho, _ in crossed["calls"] if rho == 1.0)
 
 
 def test_the_summary_pools_the_fdr_with_an_exact_interval_and_gives_standard_errors() -> None:

@@ -347,3 +347,33 @@ def test_a_comparison_is_never_shrunk_toward_its_own_series() -> None:
     ]
     lent = paired_calls([mine], {"e2e": own + theirs, "span": []})[0]["clocks"]["e2e"]
     assert (lent["prior"], lent["dof"]) == (True, 4 + 2)  # the other's 4 dof, its own 2
+
+
+def test_a_pair_split_over_two_machines_is_left_out_and_counted() -> None:
+    """A paired job cut at a device call's limit and resumed on the next machine: its last
+    pair's treatment ran on a faster machine of the same host name (2026-12-07, one H100).
+    The test takes the four pairs of one slot only, and the row says one was left out."""
+    base = [1.00, 1.02, 0.99, 1.01, 1.00]
+    treat = [1.01, 1.00, 1.00, 1.02, 0.80]  # the fifth on the other machine, 20 % faster
+    comp = _synthetic(1, base, treat)
+    moved = comp.treatment[4].__class__(
+        **{**comp.treatment[4].__dict__, "slot": "vm#77e01b2d:gpu0"}
+    )
+    comp = PairedComparison(
+        1, "m", "p01", "cute->tirx", 1, comp.baseline, (*comp.treatment[:4], moved)
+    )
+    row = paired_calls([comp], {"e2e": BAND})[0]
+    assert row["status"] == "paired" and row["split_pairs"] == 1 and row["pairs"] == 5
+    assert row["clocks"]["e2e"]["k"] == 4 and row["call"] == "within"
+    assert "1 pair(s) split over two slots left out" in row["note"]
+    every = _synthetic(1, base, treat)  # all five on one slot: the moved pair would count
+    assert paired_calls([every], {"e2e": BAND})[0]["clocks"]["e2e"]["k"] == 5
+
+
+def test_a_comparison_with_no_pair_on_one_slot_is_cross_host() -> None:
+    comp = _synthetic(1, [1.0, 1.0, 1.0], [0.7, 0.7, 0.7])
+    moved = tuple(g.__class__(**{**g.__dict__, "slot": "vm#77e01b2d:gpu0"}) for g in comp.treatment)
+    row = paired_calls(
+        [PairedComparison(1, "m", "p01", "cute->tirx", 1, comp.baseline, moved)], {"e2e": BAND}
+    )[0]
+    assert row["status"] == "cross_host" and row["call"] == "cross_host" and row["split_pairs"] == 3

@@ -18,6 +18,7 @@ from engine.analysis.paired_test import (
     paired_test_gradings,
     pairing_status,
     prior_of,
+    same_slot,
     sigma_upper,
 )
 
@@ -182,4 +183,7 @@ def test_the_report_counts_rejected_gradings() -> None:
 def test_pairing_status() -> None:
     assert pairing_status([]) == "unpaired"
     assert pairing_status([("h:gpu0", "h:gpu0"), ("h:gpu1", "h:gpu1")]) == "paired"
-    assert pairing_status([("h:gpu0", "h:gpu0"), ("h:gpu0", "g:gpu0")]) == "cross_host"
+    # a pair split over two machines is left out (same_slot); the others still pair
+    assert pairing_status([("h:gpu0", "h:gpu0"), ("h:gpu0", "g:gpu0")]) == "paired"
+    assert same_slot([("h:gpu0", "h:gpu0"), ("h:gpu0", "g:gpu0")]) == [True, False]
+    assert pairing_status([("h:gpu0", "g:gpu0"), ("g:gpu0", "h:gpu0")]) == "cross_host"

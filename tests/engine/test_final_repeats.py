@@ -4,7 +4,6 @@ run grading only what is not stored."""
 
 from __future__ import annotations
 
-import socket
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from engine.config import parse_config
 from engine.grading.api import Feedback, GradeRequest
+from engine.grading.machine import machine_name
 from engine.scheduler import Engine
 from engine.standins.simulated import SimulatedBackend, SimulatedRunner
 from storage import queries
@@ -156,7 +156,7 @@ def test_the_grading_host_is_the_one_the_grader_named_else_this_machine_or_the_p
 
     assert grading_host("fleet", "NVIDIA H200", "node7:gpu3") == "node7 · NVIDIA H200"
     assert grading_host("fleet", "NVIDIA H200") == "fleet · NVIDIA H200"  # a pool, unnamed
-    assert grading_host("local", "", "") == socket.gethostname()
+    assert grading_host("local", "", "") == machine_name()
     reply = Feedback.from_dict({**Feedback("pass", host="node7:gpu3").to_dict()})
     assert reply.host == "node7:gpu3"  # what a service sends comes back whole
     assert Feedback.from_dict({"verdict": "pass"}).host == ""  # an older grader's reply

@@ -14,6 +14,7 @@ from engine.grading.api import GradeRequest
 from engine.grading.backends.http_client import HttpBackend
 from engine.grading.backends.http_server import start_server
 from engine.grading.backends.local import LocalBackend
+from engine.grading.machine import machine_name
 from engine.grading.options import EvalConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -65,7 +66,7 @@ async def test_client_grades_through_the_service(server: str) -> None:
         honest = await client.grade(GradeRequest("p28", "cute", HONEST, request_id="a1"))
         assert honest.verdict == "preview" and honest.request_id == "a1"
         port = server.rsplit(":", 1)[1]  # the grader names itself: slot and service
-        assert honest.host == f"{socket.gethostname()}:cpu0@{port}"
+        assert honest.host == f"{machine_name()}:cpu0@{port}"
         assert honest.draws and honest.impl_median_ms is not None
         cheat = await client.grade(GradeRequest("p28", "cute", NAN))
         assert (cheat.verdict, cheat.reason) == ("fail", "correctness.nan")

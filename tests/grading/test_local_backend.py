@@ -191,7 +191,7 @@ async def test_a_preview_on_few_cores_starts_nothing_ahead() -> None:
 
 @pytest.mark.slow
 async def test_a_request_naming_its_slot_waits_for_it_while_others_take_any() -> None:
-    import socket
+    from engine.grading.machine import machine_name
 
     backend = LocalBackend(
         gpus=None,
@@ -201,7 +201,7 @@ async def test_a_request_naming_its_slot_waits_for_it_while_others_take_any() ->
     )
     try:
         held = await backend._queue().acquire("cpu0")  # cpu0 busy (as with another grading)
-        host = socket.gethostname()
+        host = machine_name()
         pinned = asyncio.create_task(
             backend.grade(GradeRequest("p28", "cute", HONEST, slot=f"{host}:cpu0"))
         )

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from engine.grading.backends.card_memory import (
 )
 from engine.grading.backends.slot_pool import SlotPool, wanted_label
 from engine.grading.judge import placement
+from engine.grading.machine import machine_name
 from engine.grading.options import EvalConfig
 from engine.grading.parent.evaluate import (
     feedback_from,
@@ -407,7 +407,7 @@ class LocalBackend:
                     limits = host_anchor_limits(limits, plan, job)
                 outcome = await slot.run(job, limits, workdir)
                 feedback = feedback_from(request, outcome, device)
-                feedback.host = f"{socket.gethostname()}:{slot.label}"
+                feedback.host = f"{machine_name()}:{slot.label}"
                 if attempt == 1 and slot.parent is not None and _failed_before_import(outcome):
                     # The forked child could not even start (e.g. a library initialised CUDA
                     # in the warm parent): grade cold on this slot from now on.

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.grading.api import Feedback, GradeRequest, GradingBackend
+from engine.grading.machine import machine_name
 from engine.grading.options import EvalConfig
 
 GraderBuilder = Callable[[str | None], GradingBackend]  # the actor's GPU id (None: no GPU)
@@ -122,7 +123,7 @@ class GraderActor:
         if not feedback.host or self.gpu_name is None:
             # no slot of a GPU named by the grader (a stand-in, or a CPU slot that every
             # actor of a machine calls cpu0): this actor is the slot
-            feedback.host = f"{socket.gethostname()}:ray-actor-{os.getpid()}"
+            feedback.host = f"{machine_name()}:ray-actor-{os.getpid()}"
         return {
             "key": key,
             "dispatch": dispatch,

@@ -2,22 +2,23 @@
 
 A paired job (``engine/paired_repeats.py``) grades a comparison's two finals on one slot: its
 requests carry ``GradeRequest.slot`` (the ``Feedback.host`` of its first grading,
-``hostname:label``) and wait for that slot while other requests take any free one. A name this
-pool does not hold (another machine's slot, a slot gone) is served by any slot: the feedback
-names where it ran, so nothing is mixed silently.
+``machine:label``, :mod:`engine.grading.machine`) and wait for that slot while other requests
+take any free one. A name this pool does not hold (another machine's slot, a slot gone) is
+served by any slot: the feedback names where it ran, so nothing is mixed silently.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
+
+from engine.grading.machine import machine_name
 
 
 def wanted_label(slot: str, hostname: str | None = None) -> str:
-    """The slot label a request names on this machine (``hostname:label``), else ""."""
+    """The slot label a request names on this machine (``machine:label``), else ""."""
     machine, _, label = slot.partition(":")
-    return label if label and machine == (hostname or socket.gethostname()) else ""
+    return label if label and machine == (hostname or machine_name()) else ""
 
 
 class SlotPool[T]:
