@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shutil
 import statistics
@@ -46,6 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from engine.analysis.spans import span_of  # noqa: E402
 from engine.grading.api import GradeRequest  # noqa: E402
 from engine.grading.backends.local import LocalBackend  # noqa: E402
 from engine.grading.options import EvalConfig  # noqa: E402
@@ -255,10 +257,33 @@ async def grade_one(
         "compile_cache": (feedback.clock or {}).get("compile_cache"),
         "runner_from_template": (feedback.clock or {}).get("runner_from_template"),
         "host": feedback.host,
+        # the runtimes, so the back-to-back repeats double as an A/A series of one file
+        "impl_median_ms": feedback.impl_median_ms,
+        "span_ms": span_of(feedback.to_dict(), "submission"),
         # what a failed grading said, so a run on a lent device can be diagnosed from its record
         "message": "" if graded else feedback.message[-1500:],
         "log_tail": "" if graded else feedback.log_tail[-3000:],
     }
+
+
+def spread_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One file's gradings as an A/A series, per clock: max/min and the SD of log runtime
+    (passing gradings with a positive runtime only; None below two)."""
+    out: dict[str, Any] = {}
+    for clock, key in (("e2e", "impl_median_ms"), ("span", "span_ms")):
+        values = [
+            float(r[key])
+            for r in rows
+            if isinstance(r.get(key), (int, float)) and math.isfinite(r[key]) and r[key] > 0
+        ]
+        out[clock] = {
+            "n": len(values),
+            "max_over_min": round(max(values) / min(values), 4) if len(values) > 1 else None,
+            "sd_log": round(statistics.stdev(math.log(v) for v in values), 4)
+            if len(values) > 1
+            else None,
+        }
+    return out
 
 
 def summarize(
@@ -282,6 +307,7 @@ def summarize(
             "later_median_s": round(statistics.median(later), 3) if later else None,
             "later_range_s": [round(min(later), 3), round(max(later), 3)] if later else None,
             "cache": [(r.get("compile_cache") or "-") for r in mine],
+            "runtimes": spread_of(mine),
             # each phase apart: a TIRx import is mostly ``import tvm``, its compile falls in
             # the first call (correctness) unless the kernels are built at import
             "by_phase": {
