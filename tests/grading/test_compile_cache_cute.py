@@ -47,11 +47,13 @@ def test_a_second_grading_loads_the_same_device_code_instead_of_compiling(
     runs: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
     """The second interpreter runs no compile for A and its function carries the very module
-    a fresh compile produced: the same lowered bytecode (host code and the cubin in it)."""
+    a fresh compile produced: the same lowered bytecode (host code and the cubin in it) and
+    the same kernel names for the launch hooks."""
     first, second = runs
     assert first["compiles"][0] == 1 and second["compiles"][0] == 0
     assert second["modules"][0] == first["modules"][0]
     assert second["cubins"][0] == first["cubins"][0] != NO_CUBIN
+    assert second["kernels"][0] == first["kernels"][0] != []  # what the kernel audit reads
 
 
 def test_a_file_in_cutes_cache_folder_is_not_loaded_unless_delivered(
