@@ -9,11 +9,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace as NS
 from typing import Any
 
 import pytest
 
-from engine.grading.runner.compiled_cute import _describe
+from engine.grading.runner.compiled_cute import _describe, module_key
 
 PROBE = Path(__file__).parent / "fixtures" / "compiled" / "cute_compile_probe.py"
 NO_CUBIN = hashlib.sha256(b"").hexdigest()
@@ -100,3 +101,29 @@ def test_the_argument_checks_are_named_by_content_never_by_address() -> None:
     assert _describe([_Spec("cuda")]) != _describe([_Spec("cpu")])
     with pytest.raises(ValueError):
         _describe([object()])
+
+
+def _dsl(arch: str = "sm_90a", tvm_ffi: bool = False) -> NS:
+    """The parts of CuTe's DSL object the key reads (its traced-module hash a constant)."""
+    return NS(
+        get_module_hash=lambda module, name: "h",
+        compile_options=NS(gpu_arch="", enable_tvm_ffi=tvm_ffi),
+        envar=NS(arch=arch),
+        _tvm_ffi_args_spec_converter=None,
+    )
+
+
+def test_the_key_names_the_pipeline_and_arch_and_stops_where_it_cannot_name() -> None:
+    """CuTe's hash leaves out a pipeline given to ``cute.compile``: the key has it, and the
+    arch; a pipeline object, or TVM-FFI checks it cannot read, stop the key (no reuse)."""
+    ctx = NS(module=None, function_name="f", pipeline=None)
+    keys = {
+        module_key(_dsl(), ctx),
+        module_key(_dsl(), NS(module=None, function_name="f", pipeline="builtin.module()")),
+        module_key(_dsl("sm_100a"), ctx),
+    }
+    assert len(keys) == 3 and module_key(_dsl(), ctx) in keys
+    with pytest.raises(ValueError):
+        module_key(_dsl(), NS(module=None, function_name="f", pipeline=object()))
+    with pytest.raises(ValueError):
+        module_key(_dsl(tvm_ffi=True), ctx)

@@ -113,8 +113,14 @@ def module_key(dsl: Any, ctx: Any) -> str:
     """The file's name for a compile: CuTe's module hash of the traced module (its bytecode,
     the compile-affecting settings and options), with the TVM-FFI checks of the arguments
     mixed in when the compile attaches them (device, dtype, alignment: not all in the traced
-    module), so a function is never built from a file made for other arguments."""
+    module), and the pipeline and the target arch it compiles with (CuTe's hash leaves out
+    a pipeline given to ``cute.compile``), so a function is never built from a file made for
+    other arguments or another lowering."""
+    if not isinstance(ctx.pipeline, (str, type(None))):
+        raise ValueError("a pipeline that is not a string is not named")
+    arch = dsl.compile_options.gpu_arch or dsl.envar.arch or ""
     digest = hashlib.sha256(dsl.get_module_hash(ctx.module, ctx.function_name).encode())
+    digest.update(f"\0{ctx.pipeline!r}\0{arch}".encode())
     if getattr(dsl.compile_options, "enable_tvm_ffi", False):
         converter = getattr(dsl, "_tvm_ffi_args_spec_converter", None)
         if converter is None:  # CuTe attaches it before the compile: no key without it
