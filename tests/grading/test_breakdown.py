@@ -141,3 +141,8 @@ def test_the_steps_between_phases_are_timed_too(grade) -> None:
     for step in ("reference_runner", "eager_profile", "runner_start", "calibration", "settle"):
         assert 0 <= timings[step] < timings["child_total"], (step, timings)
     assert timings["eager_profile"] <= timings["eager"]
+    # the parts of a phase, each within it: the first call and the anchor checks within
+    # correctness (both together at most all of it), the output checks within timing
+    first, anchor = timings["correctness_first_call"], timings["correctness_anchor"]
+    assert 0 < first and 0 < anchor and first + anchor <= timings["correctness"]
+    assert 0 < timings["timing_checks"] <= timings["timing"]

@@ -161,9 +161,16 @@ class Judge:
         evaluation.phase("correctness")
         start = _monotonic()
         for i, seed in enumerate(evaluation.job["seeds"]["correctness"]):
+            called = _monotonic()
             draw = self.call(seed)
+            # parts of "correctness", not beside it: the first call (the DSL's compile and
+            # the runner's first use of the device), then the anchor checks of every draw
+            if i == 0:
+                evaluation.timed("correctness_first_call", called)
+            checked = _monotonic()
             if not self.checks.check_anchor(draw, "correctness", i):
                 raise self.checks.rejection_for("correctness")
+            evaluation.timed("correctness_anchor", checked)
             del draw  # not held while the next draw is made
         evaluation.timed("correctness", start)
 
@@ -185,9 +192,11 @@ class Judge:
         rechecks = set(evaluation.job.get("recheck", []))
         for i, seed in enumerate(seeds["timed"]):
             draw = self.call(seed, timed=True, warm=warm)
+            checked = _monotonic()
             checks.check_sampled(draw.out, expected[seed], "timed", i)
             if i in rechecks and not checks.check_anchor(draw, "recheck", i):
                 raise checks.rejection_for("recheck")
+            evaluation.timed("timing_checks", checked)  # a part of "timing", not beside it
             del draw  # not held while the next draw is made
         evaluation.between_calls = False
         evaluation.timed("timing", start)
