@@ -4,8 +4,11 @@
 from the stored plans, :mod:`problems.memory_store`) gives, phase by phase, what each process
 of a grading holds on the card (:func:`judge_peak`, :func:`runner_peak`,
 :func:`plan_from_sizes`), and where the float64 anchor runs on a card of a given size
-(:func:`placed_plan`): on the device when the grading fits beside it, else on the host. The
-model is described in ``docs/grading.md``, "GPU memory of a grading".
+(:func:`placed_plan`): on the device when the grading fits beside it, else on the host; and
+where a checked draw waits while the references run: on the device when the grading fits with
+it there (no host round trip of the inputs, which on p51's 12.7 GB took most of a grading's two
+minutes on an H100), else on the host. The model is described in ``docs/grading.md``, "GPU
+memory of a grading".
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ COMPARE_WORKSPACE_BYTES = 12 * 8 * COMPARE_CHUNK_ELEMENTS
 HOST_F64_FLOPS_PER_CORE = 51e9
 HOST_ANCHOR_CORES = 16
 ANCHORS = ("device", "host")
+DRAWS = ("host", "device")  # where a checked draw waits while the references run
 
 
 @dataclass(frozen=True)
@@ -79,15 +83,19 @@ def anchor_run(sizes: DrawSizes) -> float:
     return max(promotion_peak(sizes), sum(sizes.promoted) + sizes.anchor_peak)
 
 
-def judge_peak(sizes: DrawSizes, device: str = "cuda", anchor: str = "device") -> float:
+def judge_peak(
+    sizes: DrawSizes, device: str = "cuda", anchor: str = "device", draw_on: str = "host"
+) -> float:
     """The judge's peak on ``device`` (its CUDA context aside).
 
     On a GPU the judge holds a draw (its inputs and its copy of the outputs) only while it
-    checks the call; for the anchor the draw and each reference's outputs wait on the host and
-    each reference run gets a fresh device copy of the inputs; outputs are compared on the
-    device one chunk at a time. With ``anchor="host"`` the float64 anchor runs on the host
-    (:func:`host_anchor_bytes`) and only its compared chunks reach the device. On the CPU,
-    host and device are one memory: the draw and the outputs held on the host count too.
+    checks the call; for the anchor the draw and each reference's outputs wait on the host
+    (``draw_on="host"``) or on the device (``"device"``: no host round trip, the references'
+    fresh copies made device to device) and each reference run gets a fresh device copy of the
+    inputs; outputs are compared on the device one chunk at a time. With ``anchor="host"`` the
+    float64 anchor runs on the host (:func:`host_anchor_bytes`) and only its compared chunks
+    reach the device. On the CPU, host and device are one memory: the draw and the outputs
+    held on the host count too.
     """
     draw = sizes.inputs + sizes.outputs
     call = draw + sizes.inplace_inputs
@@ -95,6 +103,10 @@ def judge_peak(sizes: DrawSizes, device: str = "cuda", anchor: str = "device") -
     v_run = sizes.inputs + sizes.reference_peak
     z_run = anchor_run(sizes) if anchor == "device" or device == "cpu" else 0.0
     compare = compare_workspace(sizes)
+    if device != "cpu" and draw_on == "device" and anchor == "device":
+        v_run += draw
+        z_run += draw + sizes.outputs
+        compare += draw + sizes.outputs + sizes.anchor_outputs
     if device == "cpu":
         v_run += draw
         z_run += draw + sizes.outputs
@@ -110,8 +122,10 @@ def host_anchor_bytes(sizes: DrawSizes) -> float:
 
 def compare_workspace(sizes: DrawSizes) -> float:
     """The judge's workspace for one compared chunk (no larger than the largest output)."""
-    return COMPARE_WORKSPACE_BYTES * min(sizes.largest_output, COMPARE_CHUNK_ELEMENTS) / (
-        COMPARE_CHUNK_ELEMENTS
+    return (
+        COMPARE_WORKSPACE_BYTES
+        * min(sizes.largest_output, COMPARE_CHUNK_ELEMENTS)
+        / (COMPARE_CHUNK_ELEMENTS)
     )
 
 
@@ -141,6 +155,7 @@ class MemoryPlan:
     anchor: str = "device"  # where the float64 anchor runs: device | host
     host_bytes: float | None = None  # the judge's host memory for a host anchor
     anchor_s: float | None = None  # estimated seconds of one host anchor run
+    draw: str = "host"  # where a checked draw waits while the references run: host | device
 
     def fits(self, capacity_bytes: float, headroom: float = HEADROOM_BYTES) -> bool | None:
         """Whether the plan fits a card of ``capacity_bytes`` with ``headroom`` kept free
@@ -151,23 +166,36 @@ class MemoryPlan:
 
 
 def plan_from_sizes(
-    sizes: DrawSizes, anchor: str = "device", flops: float | None = None, method: str = "traced"
+    sizes: DrawSizes,
+    anchor: str = "device",
+    flops: float | None = None,
+    method: str = "traced",
+    draw: str = "host",
 ) -> MemoryPlan:
     """The grading's peak on one card: the eager phase (the judge shipping a draw, the
     reference runner, three CUDA contexts with the submission's runner started ahead) or the
     checks (the judge and the submission's runner, two contexts), whichever is larger; with
-    the anchor on the device or the host (``flops``: the problem's, for the host's time)."""
+    the anchor on the device or the host (``flops``: the problem's, for the host's time) and
+    a checked draw waiting on the host or, with the anchor on the device, on the device."""
     if anchor not in ANCHORS:
         raise ValueError(f"anchor must be one of {ANCHORS}, not {anchor!r}")
-    judge, runner = judge_peak(sizes, "cuda", anchor), runner_peak(sizes)
+    if draw not in DRAWS or (draw == "device" and anchor != "device"):
+        raise ValueError(f"a draw waits on the device only beside a device anchor, not {draw!r}")
+    judge, runner = judge_peak(sizes, "cuda", anchor, draw), runner_peak(sizes)
     eager = sizes.inputs + sizes.outputs + runner_peak(sizes) + 3 * CONTEXT_BYTES
     checks = judge + runner + 2 * CONTEXT_BYTES
     if anchor == "device":
-        return MemoryPlan(max(eager, checks), judge, runner, sizes, method)
+        return MemoryPlan(max(eager, checks), judge, runner, sizes, method, draw=draw)
     seconds = None if flops is None else host_anchor_seconds(flops)
     return MemoryPlan(
-        max(eager, checks), judge, runner, sizes, method,
-        anchor="host", host_bytes=host_anchor_bytes(sizes), anchor_s=seconds,
+        max(eager, checks),
+        judge,
+        runner,
+        sizes,
+        method,
+        anchor="host",
+        host_bytes=host_anchor_bytes(sizes),
+        anchor_s=seconds,
     )
 
 
@@ -178,8 +206,13 @@ def placed_plan(
     headroom: float = HEADROOM_BYTES,
     method: str = "traced",
 ) -> MemoryPlan:
-    """The plan on a card of ``capacity`` bytes: the anchor on the device when that fits (or
-    the card's size is unknown), else on the host (the smaller plan, fitting or not)."""
+    """The plan on a card of ``capacity`` bytes: the anchor and the checked draw on the device
+    when that fits; else the anchor on the device with the draw on the host when that fits (or
+    the card's size is unknown); else the anchor on the host (the smaller plan, fitting or
+    not)."""
+    resident = plan_from_sizes(sizes, "device", method=method, draw="device")
+    if capacity is not None and resident.fits(capacity, headroom):
+        return resident
     on_device = plan_from_sizes(sizes, "device", method=method)
     if capacity is None or on_device.fits(capacity, headroom):
         return on_device

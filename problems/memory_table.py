@@ -35,6 +35,7 @@ class MemoryRow:
     anchor: str = "device"  # where the float64 anchor runs on this card: device | host
     host_gb: float | None = None  # the judge's host memory for a host anchor
     anchor_s: float | None = None  # one host anchor run's estimated seconds
+    draw: str = "host"  # where a checked draw waits while the references run: host | device
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -63,6 +64,7 @@ def memory_row(problem: Problem, capacity_gb: float, scale: str = "full") -> Mem
         plan.anchor,
         _gb(plan.host_bytes),
         None if plan.anchor_s is None else round(plan.anchor_s, 1),
+        plan.draw,
     )
 
 
@@ -97,6 +99,8 @@ def format_row(row: MemoryRow) -> str:
             f"  anchor on the host: {gb(row.host_gb)} GB of RAM, {seconds} per run "
             "(estimate, 16 cores)"
         )
+    elif row.anchor == "device" and row.draw == "host" and row.fits:
+        line += "  checked draws wait on the host"
     return f"{line}  [{row.note}]" if row.note else line
 
 
@@ -112,6 +116,8 @@ def summary(rows: Sequence[MemoryRow], capacity_gb: float, scale: str) -> str:
     text += f", {len(unknown)} unknown ({', '.join(unknown)})" if unknown else ""
     host = [r.id for r in rows if r.anchor == "host" and r.fits]
     text += f"; anchor on the host for {', '.join(host)}" if host else ""
+    waits = [r.id for r in rows if r.anchor == "device" and r.draw == "host" and r.fits]
+    text += f"; checked draws wait on the host for {', '.join(waits)}" if waits else ""
     return text
 
 

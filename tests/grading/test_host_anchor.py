@@ -46,19 +46,30 @@ GB = 1e9
 def _sizes() -> DrawSizes:
     """A p34-like draw: 8 GB of bf16 inputs whose float64 anchor needs far more."""
     return DrawSizes(
-        inputs=8 * GB, inplace_inputs=0.0, promoted=[32 * GB], input_leaves=[8 * GB],
-        outputs=5 * GB, anchor_outputs=20 * GB, reference_peak=19 * GB, anchor_peak=43 * GB,
+        inputs=8 * GB,
+        inplace_inputs=0.0,
+        promoted=[32 * GB],
+        input_leaves=[8 * GB],
+        outputs=5 * GB,
+        anchor_outputs=20 * GB,
+        reference_peak=19 * GB,
+        anchor_peak=43 * GB,
         largest_output=10**9,
     )
 
 
 def test_the_anchor_goes_to_the_host_only_when_the_card_cannot_hold_it() -> None:
     sizes = _sizes()
-    big = placed_plan(sizes, 200 * GB, flops=8.6e13)
-    assert big.anchor == "device" and big.host_bytes is None
+    roomy = placed_plan(sizes, 200 * GB, flops=8.6e13)  # the draw waits on the card too
+    assert (roomy.anchor, roomy.draw) == ("device", "device") and roomy.host_bytes is None
+    # the anchor run beside the held draw (inputs 8, outputs 5) and the reference's outputs 5
+    assert roomy.judge_bytes == anchor_run(sizes) + 8 * GB + 5 * GB + 5 * GB == 93 * GB
+    big = placed_plan(sizes, 110 * GB, flops=8.6e13)  # not with the draw: it waits on the host
+    assert (big.anchor, big.draw) == ("device", "host") and big.host_bytes is None
     assert big.judge_bytes == anchor_run(sizes) == 75 * GB
+    assert roomy.total_bytes - big.total_bytes == 18 * GB  # type: ignore[operator]
     small = placed_plan(sizes, 80 * GB, flops=8.6e13)
-    assert small.anchor == "host" and small.fits(80 * GB)
+    assert (small.anchor, small.draw) == ("host", "host") and small.fits(80 * GB)
     assert small.judge_bytes == 27 * GB  # the reference run: inputs and its peak
     assert small.total_bytes == 27 * GB + 27 * GB + 2 * CONTEXT_BYTES
     assert small.host_bytes == host_anchor_bytes(sizes) == 8 * GB + 10 * GB + 75 * GB
@@ -86,6 +97,85 @@ def test_the_host_anchor_gives_the_device_anchors_figures(candidate: str) -> Non
     assert torch.get_num_threads() == threads  # the host anchor's threads given back
     assert device[:2] == host[:2] and device[0] is (candidate == "reference")
     assert [c.as_dict() for c in device[2]] == [c.as_dict() for c in host[2]]
+
+
+@pytest.mark.parametrize("candidate", ["reference", "dropped_term"])
+def test_a_draw_kept_on_the_card_is_checked_alike_without_going_to_the_host(
+    candidate: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan that keeps checked draws on the device (``job["draw"]``): the judge moves
+    neither the draw nor the references' outputs to the host, and the figures and verdict are
+    the host path's (on this CPU machine host and device are one, so the test holds the
+    wiring: where ``to_host`` is called)."""
+    import engine.grading.judge.anchor as anchor_module
+    import engine.grading.judge.output_checks as checks_module
+
+    problem = get("p28")
+    moved: list[str] = []
+
+    def spy(where: str, real: Any) -> Any:
+        def to_host(value: Any) -> Any:
+            moved.append(where)
+            return real(value)
+
+        return to_host
+
+    monkeypatch.setattr(checks_module, "to_host", spy("draw", checks_module.to_host))
+    monkeypatch.setattr(anchor_module, "to_host", spy("reference", anchor_module.to_host))
+    figures = {}
+    for draw in ("host", "device"):
+        moved.clear()
+        job: dict[str, Any] = {"device": "cpu", "draw": draw}
+        evaluation = Evaluation(job, problem, _Sent(), cuda=False, scale="smoke")
+        evaluation.deadline = time.monotonic() + 100.0
+        checks = OutputChecks(evaluation, fetch=lambda: ())
+        inputs = problem.make_inputs(5, "cpu", "smoke")
+        ok = checks.check_anchor(Draw(getattr(problem, candidate)(*inputs), inputs), "c", 0)
+        assert ok is (candidate == "reference")
+        figures[draw] = (evaluation.draws[-1]["outputs"], list(moved))
+    assert figures["device"][0] == figures["host"][0]
+    assert {"draw", "reference"} <= set(figures["host"][1])  # the host path moved both
+    assert figures["device"][1] == []
+
+
+def test_a_draw_that_does_not_fit_the_card_goes_to_the_host_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan fell short: the check with the draw on the card runs out of device memory.
+    The draw goes to the host and is checked there (the same verdict), every later draw of
+    the grading waits on the host, and the result counts the fallback; any other error
+    is raised as before."""
+    import engine.grading.judge.output_checks as checks_module
+
+    real = checks_module.anchor.check_anchor
+    calls: list[bool] = []
+
+    def short_card(*args: Any, resident: bool = False, **kw: Any) -> Any:
+        calls.append(resident)
+        if resident:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 15.8 GiB")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(checks_module.anchor, "check_anchor", short_card)
+    problem = get("p28")
+    job: dict[str, Any] = {"device": "cpu", "draw": "device"}
+    evaluation = Evaluation(job, problem, _Sent(), cuda=False, scale="smoke")
+    evaluation.deadline = time.monotonic() + 100.0
+    checks = OutputChecks(evaluation, fetch=lambda: ())
+    for i in range(2):
+        inputs = problem.make_inputs(7 + i, "cpu", "smoke")
+        assert checks.check_anchor(Draw(problem.reference(*inputs), inputs), "correctness", i)
+    assert calls == [True, False, False] and job["draw"] == "host"
+    assert evaluation.result["draw_fallbacks"] == 1
+
+    def broken(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("a reference bug, not the card")
+
+    monkeypatch.setattr(checks_module.anchor, "check_anchor", broken)
+    job["draw"] = "device"
+    inputs = problem.make_inputs(9, "cpu", "smoke")
+    with pytest.raises(RuntimeError, match="reference bug"):
+        checks.check_anchor(Draw(problem.reference(*inputs), inputs), "correctness", 2)
 
 
 class _Sent:
@@ -201,8 +291,9 @@ async def test_the_backend_sends_a_host_anchor_job_with_its_allowance(
     assert job["anchor"] == "host" and limits.judge_extra_s == host_anchor_allowance(host, job)
     assert limits.judge_extra_s > 0 and limits.timeout_s == device_limits.timeout_s
     assert "anchor" not in device_job and device_limits.judge_extra_s == 0
+    assert device_job["draw"] == "device" and "draw" not in job  # the roomy card keeps draws
     assert device_limits.memory_limit_mb is not None and limits.memory_limit_mb is not None
     grown = limits.memory_limit_mb - device_limits.memory_limit_mb  # the judge's watchdog
     assert grown * 2**20 >= host.host_bytes > (grown - 1) * 2**20  # type: ignore[operator]
     assert job["rss_limit_mb"] == device_job["rss_limit_mb"]  # the runner's is unchanged
-    assert "anchor" not in cpu_job
+    assert "anchor" not in cpu_job and "draw" not in cpu_job

@@ -95,6 +95,14 @@ def test_cli_lists_the_plans_and_flags_what_does_not_fit(
     assert mkb([*args, "180"]) == 0
     p34 = {r["id"]: r for r in json.loads(capsys.readouterr().out)}["p34"]
     assert p34["anchor"] == "device" and p34["total_gb"] > 100 and p34["host_gb"] is None
+    assert p34["draw"] == "device"  # and its checked draws (124.6 GB planned)
+    assert mkb([*args, "120"]) == 0  # the anchor fits 120 GB, not with a draw beside it
+    p34 = {r["id"]: r for r in json.loads(capsys.readouterr().out)}["p34"]
+    assert (p34["anchor"], p34["draw"]) == ("device", "host") and p34["total_gb"] > 100
+    assert rows["p28"]["draw"] == "device"  # small: its checked draws stay on the card
+    assert mkb(["problems", "memory", "p38", "p51", "--gpu-memory", "80"]) == 0
+    out = capsys.readouterr().out  # p51's draw stays on the card; p38's cannot
+    assert "checked draws wait on the host for p38" in out and "p51" not in out.split(";")[-1]
     assert mkb(["problems", "memory", "p28", "--gpu-memory", "80"]) == 0
     out = capsys.readouterr().out
     assert "1 problems (full scale) on a 80 GB card, 2 GB kept free: 1 fit, 0 do not" in out

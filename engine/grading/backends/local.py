@@ -405,6 +405,8 @@ class LocalBackend:
                 if plan is not None and plan.anchor == "host" and device == "cuda":
                     job["anchor"] = "host"  # the plan fits this card only so (card_memory)
                     limits = host_anchor_limits(limits, plan, job)
+                elif plan is not None and plan.draw == "device" and device == "cuda":
+                    job["draw"] = "device"  # checked draws stay on the card (memory_model)
                 outcome = await slot.run(job, limits, workdir)
                 feedback = feedback_from(request, outcome, device)
                 feedback.host = f"{machine_name()}:{slot.label}"

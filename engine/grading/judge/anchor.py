@@ -1,8 +1,11 @@
 """The float64 anchor check with only what it needs on the device.
 
 A checked draw (its inputs and the judge's copy of the outputs) waits on the host while the
-references run; each reference run gets a fresh device copy of the inputs (the anchor's
-promoted to float64 one leaf at a time) and its outputs go to the host as soon as it returns;
+references run, unless the grading's plan keeps it on the device (``job["draw"] ==
+"device"``, :func:`problems.memory_model.placed_plan`: it fits the card so, and the inputs'
+host round trip is gone); each reference run gets a fresh device copy of the inputs (the
+anchor's promoted to float64 one leaf at a time) and its outputs go to the host as soon as it
+returns (or stay on the device with the draw);
 the three outputs (candidate ``u``, reference ``v``, anchor ``z``) are then compared on the
 device :data:`problems.memory.COMPARE_CHUNK_ELEMENTS` elements at a time. The figures are
 those of :func:`problems.compare.check_outputs` (maxima, equalities and counts do not depend
@@ -62,14 +65,18 @@ def stand_ins(value: Any) -> Any:
 
 
 def run_reference(
-    reference: Callable[..., Any], inputs: list[Any], device: str, promote: bool
+    reference: Callable[..., Any],
+    inputs: list[Any],
+    device: str,
+    promote: bool,
+    keep_on_device: bool = False,
 ) -> tuple[Any, Any]:
-    """One reference run on fresh device copies of the host ``inputs``: (its outputs on the
-    host, their stand-ins on the device)."""
+    """One reference run on fresh device copies of ``inputs``: (its outputs, on the host
+    unless ``keep_on_device``; their stand-ins on the device)."""
     with reference_numerics():
         out = reference(*device_copies(inputs, device, promote))
     shapes = stand_ins(out)
-    return to_host(out), shapes
+    return (out if keep_on_device else to_host(out)), shapes
 
 
 def check_anchor(
@@ -79,19 +86,23 @@ def check_anchor(
     pristine: list[Any],
     device: str,
     anchor_device: str | None = None,
+    resident: bool = False,
 ) -> tuple[bool, str | None, list[LeafCheck]]:
     """:func:`problems.compare.check_outputs` of the outputs ``u`` of the inputs
-    ``pristine`` (both on the host; ``u_shapes``: :func:`stand_ins` of ``u`` taken on the
+    ``pristine`` (both on the host, or with ``resident`` both on the device, where the
+    reference's outputs then stay too; ``u_shapes``: :func:`stand_ins` of ``u`` taken on the
     device) against the reference and the float64 anchor, the anchor run on
     ``anchor_device`` ("cpu": the host, where the grading's plan does not fit the card with
     the anchor on it; the same float64 reference and tolerances) or else on ``device``."""
-    v, v_shapes = run_reference(reference, pristine, device, promote=False)
+    v, v_shapes = run_reference(reference, pristine, device, False, keep_on_device=resident)
     mismatch = structure_mismatch(u_shapes, v_shapes)
     if mismatch:
         return False, mismatch, []
     del v_shapes
     with host_threads() if anchor_device == "cpu" else contextlib.nullcontext():
-        z, _ = run_reference(reference, pristine, anchor_device or device, promote=True)
+        z, _ = run_reference(
+            reference, pristine, anchor_device or device, True, keep_on_device=resident
+        )
     results = [
         check_leaf(i, a, b, c, device)
         for i, (a, b, c) in enumerate(zip(leaves(u), leaves(v), leaves(z)))
@@ -123,9 +134,7 @@ def equal_bytes(a: torch.Tensor, b: torch.Tensor, chunk: int = 4 * COMPARE_CHUNK
     comparison on a GPU allocates a mask as large as its operands)."""
     if a.numel() != b.numel():
         return False
-    return all(
-        torch.equal(a[i : i + chunk], b[i : i + chunk]) for i in range(0, a.numel(), chunk)
-    )
+    return all(torch.equal(a[i : i + chunk], b[i : i + chunk]) for i in range(0, a.numel(), chunk))
 
 
 def check_leaf(

@@ -167,18 +167,15 @@ class OutputChecks:
     # -- comparisons --------------------------------------------------------------------------
     def check_anchor(self, draw: Draw, kind: str, index: int) -> bool:
         """The whole output against the float64 anchor; records the draw. The draw moves to
-        the host first (:mod:`.anchor`: only the reference runs and the compared chunks are
-        on the device)."""
-        problem, device = self.evaluation.problem, self.evaluation.device
+        the host first unless the plan keeps it on the card (:mod:`.anchor`: only the
+        reference runs and the compared chunks are on the device)."""
+        problem = self.evaluation.problem
         shapes = stand_ins(draw.out)
-        draw.out, draw.inputs = to_host(draw.out), to_host(draw.inputs)
         on_host = self.evaluation.job.get("anchor") == "host"  # the plan's placement
         if on_host:  # the supervisor stops the submission's clock (supervise.HOST_ANCHOR)
             self.evaluation.phase("host_anchor")
         start = time.monotonic()
-        ok, structure, leaf_checks = anchor.check_anchor(
-            problem.reference, draw.out, shapes, draw.inputs, device, "cpu" if on_host else None
-        )
+        ok, structure, leaf_checks = self.anchored(draw, shapes, on_host)
         if on_host:  # the judge's own time, not the submission's: its limit moves on, and
             spent = time.monotonic() - start
             self.evaluation.deadline += spent
@@ -204,6 +201,31 @@ class OutputChecks:
             }
         )
         return ok
+
+    def anchored(self, draw: Draw, shapes: Any, on_host: bool) -> Any:
+        """:func:`.anchor.check_anchor` of ``draw`` where the plan keeps it: on the card
+        (``job["draw"] == "device"``) or on the host. A draw kept on the card that meets the
+        card's limit (the plan fell short) goes to the host and is checked again there, as is
+        every later draw of the grading; the result counts it (``draw_fallbacks``)."""
+        evaluation = self.evaluation
+        reference, device = evaluation.problem.reference, evaluation.device
+        if not on_host and evaluation.job.get("draw") == "device":
+            try:
+                return anchor.check_anchor(
+                    reference, draw.out, shapes, draw.inputs, device, resident=True
+                )
+            except Exception as exc:
+                if not out_of_memory(exc):
+                    raise
+            # here the failed run's tensors, held by the traceback, are free
+            evaluation.job["draw"] = "host"
+            fallbacks = int(evaluation.result.get("draw_fallbacks", 0)) + 1
+            evaluation.result["draw_fallbacks"] = fallbacks
+            release_cached()
+        draw.out, draw.inputs = to_host(draw.out), to_host(draw.inputs)
+        return anchor.check_anchor(
+            reference, draw.out, shapes, draw.inputs, device, "cpu" if on_host else None
+        )
 
     def check_sampled(self, out: Any, expected: Expected, kind: str, index: int) -> None:
         """The output against the eager output of the same draw at the secret positions."""
@@ -293,3 +315,18 @@ def _from_skeleton(node: Any, torch: Any) -> Any:
     if isinstance(node, (list, tuple)):
         return type(node)(_from_skeleton(x, torch) for x in node)
     return node
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's out-of-device-memory error."""
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
+def release_cached() -> None:
+    """Give the allocator's cached blocks back to the device (after an out-of-memory)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -165,6 +165,7 @@ def feedback_from(request: GradeRequest, outcome: ChildOutcome, device: str) -> 
                     ("warm_calls", data.get("warm_calls")),  # how many ran per side
                     ("cpu_placement", data.get("cpu_placement")),  # judge/placement.py
                     ("compile_cache", data.get("compile_cache")),  # judge/compile_cache.py
+                    ("draw_fallbacks", data.get("draw_fallbacks")),  # judge/output_checks.py
                 )
                 if v
             },
