@@ -6,7 +6,7 @@ of a grading holds on the card (:func:`judge_peak`, :func:`runner_peak`,
 :func:`plan_from_sizes`), and where the float64 anchor runs on a card of a given size
 (:func:`placed_plan`): on the device when the grading fits beside it, else on the host; and
 where a checked draw waits while the references run: on the device when the grading fits with
-it there (no host round trip of the inputs, which on p51's 12.7 GB took most of a grading's two
+it there (no host round trip of the inputs, which on p51's 12.9 GB took most of a grading's two
 minutes on an H100), else on the host. The model is described in ``docs/grading.md``, "GPU
 memory of a grading".
 """
