@@ -5,8 +5,9 @@
 #
 #   bash benchmarks/gpu_pending.sh STEP $OUT        STEP: one of the names below, or "list"
 #
-# One lease (1,800 s of device time, ~3 min of it staging) holds host, quiet, redteam1,
-# redteam2 and validate, in that order; the rest waits for the next.
+# One lease is 1,800 s of device time; staging takes ~2 min of it (the machine's start ~80 s,
+# the three calls ~40 s). On one H100 (2026-12-07) a 420 s `paired` call graded ~25 finals and
+# `throughput` ran 230 s. Next, in order: paired (until no rc=124), throughput, layers, quiet.
 #
 #   host       the quiet path: where a small call's host time goes in a plain process (hooks,
 #              CUPTI attached, CUPTI recording, CUPTI detached), p28/p36 both DSLs  (~4 min)
