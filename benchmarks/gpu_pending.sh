@@ -34,7 +34,7 @@ STEP=${1:?usage: $0 STEP OUT (or: $0 list)}
 OUT=${2:-}
 S=problems/solutions
 if [ "$STEP" = list ]; then
-  sed -n '10,30p' "$0" | sed 's/^#//'
+  sed -n '12,31p' "$0" | sed 's/^#//'
   exit 0
 fi
 : "${OUT:?OUT is required}"
