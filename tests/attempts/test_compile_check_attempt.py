@@ -3,8 +3,10 @@
 The agent runs in the local sandbox (the bubblewrap jail, no GPU, no network), writes a
 p28 solution with one small kernel and runs the task's ``compile_check``: the kernel must
 compile for sm_90a on the CPU. On a task graded on the B200 (p52), compile_check defaults to
-sm_100a: the Blackwell kernel passes, the Hopper (WGMMA) one fails naming the feature. Skips
-when the DSL is not installed (``make install`` installs both, so CI runs it).
+sm_100a: the Blackwell kernel passes, the Hopper (WGMMA) one fails naming the feature (the one
+test of it: tests/tasks/test_compile_check.py runs the script on the host for the failures).
+The three attempts run at once, so the B200 one's waits overlap the others'. Skips when a DSL
+is not installed (``make install`` installs both, so CI runs it).
 """
 
 from __future__ import annotations
@@ -90,34 +92,6 @@ def _terminal(observer: MemoryObserver, attempt_id: str) -> str:
     )
 
 
-@needs_namespaces
-@pytest.mark.slow
-async def test_agent_compiles_cute_and_tirx_kernels_in_the_sandbox_without_a_gpu(
-    tmp_path: Path,
-) -> None:
-    missing = [m for m in DSL_MODULES.values() if not _installed(m)]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (make install installs both DSLs)")
-    observer = MemoryObserver()
-    scenarios = {f"compile-{dsl}": _scenario(dsl) for dsl in DSL_MODULES}
-    async with ScriptedLLMServer(scenarios) as server:
-        outcomes = await asyncio.gather(
-            *(
-                run_attempt(_spec(tmp_path, server, dsl), CpuPreviewBackend(), observer)
-                for dsl in DSL_MODULES
-            )
-        )
-
-    for dsl, outcome in zip(DSL_MODULES, outcomes):
-        assert outcome.state == "finished", outcome.error
-        assert outcome.submissions_used == 0
-        terminal = _terminal(observer, f"cc-{dsl}")
-        assert f"{DONE}0" in terminal, terminal[-3000:]
-        assert "compile_check: OK, solution.py compiled for sm_90a" in terminal
-        expected = "kernel kernel_cutlass__add_kernel" if dsl == "cute" else "-byte cubin"
-        assert expected in terminal, terminal[-3000:]
-
-
 SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
 B200_DONE = ("CC-BW-DONE rc=", "CC-HOP-DONE rc=")
 
@@ -157,24 +131,48 @@ def _b200_scenario() -> Scenario:
     return Scenario.from_dict({"name": "compile-b200", "turns": [*steps, done]})
 
 
+def _b200_spec(tmp_path: Path, server: ScriptedLLMServer) -> AttemptSpec:
+    spec = _spec(tmp_path, server, "cute")
+    spec.model.name, spec.attempt_id = "openai/compile-b200", "cc-b200"
+    spec.work_dir = tmp_path / "b200"  # its own, beside the p28 attempts'
+    spec.problem_id, spec.gpu, spec.budget_s = "p52", "b200", 600
+    return spec
+
+
 @needs_namespaces
 @pytest.mark.slow
-async def test_agent_on_a_b200_task_compiles_tcgen05_and_gets_a_wgmma_error_in_the_sandbox(
+async def test_agent_compiles_kernels_in_the_sandbox_for_the_task_gpu_without_a_gpu(
     tmp_path: Path,
 ) -> None:
-    """p52 graded on the B200, in the jail: compile_check defaults to sm_100a, passes the
-    Blackwell kernel and refuses the Hopper one naming WGMMA."""
-    if not _installed("cutlass.cute"):
-        pytest.skip("cutlass.cute not installed (make install installs both DSLs)")
+    """Three attempts at once, in the jail: p28 in CuTe and in TIRx compile for sm_90a; p52
+    graded on the B200 compiles its Blackwell kernel (tcgen05, two kernels) for sm_100a and
+    gets the Hopper one (WGMMA) refused naming the feature."""
+    missing = [m for m in DSL_MODULES.values() if not _installed(m)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (make install installs both DSLs)")
     observer = MemoryObserver()
-    async with ScriptedLLMServer({"compile-b200": _b200_scenario()}) as server:
-        spec = _spec(tmp_path, server, "cute")
-        spec.model.name, spec.attempt_id = "openai/compile-b200", "cc-b200"
-        spec.problem_id, spec.gpu, spec.budget_s = "p52", "b200", 600
-        outcome = await run_attempt(spec, CpuPreviewBackend(), observer)
-    assert outcome.state == "finished", outcome.error
+    scenarios = {f"compile-{dsl}": _scenario(dsl) for dsl in DSL_MODULES}
+    scenarios["compile-b200"] = _b200_scenario()
+    async with ScriptedLLMServer(scenarios) as server:
+        specs = [_spec(tmp_path, server, dsl) for dsl in DSL_MODULES]
+        specs.append(_b200_spec(tmp_path, server))
+        outcomes = await asyncio.gather(
+            *(run_attempt(spec, CpuPreviewBackend(), observer) for spec in specs)
+        )
+
+    for outcome in outcomes:
+        assert outcome.state == "finished", outcome.error
+        assert outcome.submissions_used == 0
+    for dsl in DSL_MODULES:
+        terminal = _terminal(observer, f"cc-{dsl}")
+        assert f"{DONE}0" in terminal, terminal[-3000:]
+        assert "compile_check: OK, solution.py compiled for sm_90a" in terminal
+        expected = "kernel kernel_cutlass__add_kernel" if dsl == "cute" else "-byte cubin"
+        assert expected in terminal, terminal[-3000:]
     terminal = _terminal(observer, "cc-b200")
     assert f"{B200_DONE[0]}0" in terminal, terminal[-3000:]
     assert "compile_check: OK, blackwell.py compiled for sm_100a" in terminal
+    for kernel in ("kernel_cutlass__quantize_kernel", "kernel_cutlass_kernel_mkb_solution_Sm100"):
+        assert f"  kernel {kernel}" in terminal, terminal[-3000:]  # both of the file's kernels
     assert f"{B200_DONE[1]}1" in terminal, terminal[-3000:]
     assert "compile_check: FAILED for hopper.py (cute, sm_100a): WGMMA (warpgroup MMA)" in terminal

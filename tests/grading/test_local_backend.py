@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from engine.grading.api import GradeRequest
 from engine.grading.backends.local import LocalBackend
@@ -41,8 +44,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.slow
-async def test_two_slots_run_concurrently_and_the_third_waits() -> None:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def two_slots() -> AsyncIterator[LocalBackend]:
+    """One started two-slot backend shared by this module's slot tests (its two warm parents
+    and runner templates started once: they are not what those tests are about)."""
     backend = LocalBackend(
         gpus=None,
         preview_slots=2,
@@ -51,20 +56,39 @@ async def test_two_slots_run_concurrently_and_the_third_waits() -> None:
     )
     await backend.start()
     try:
-        tasks = [
-            asyncio.create_task(backend.grade(GradeRequest("p28", "cute", LOOP))) for _ in range(3)
-        ]
-        for _ in range(100):
-            await asyncio.sleep(0.1)
-            if backend.status()["busy"] == 2 and backend.status()["queued"] == 1:
-                break
-        status = backend.status()
-        assert (status["busy"], status["queued"]) == (2, 1)
-        results = await asyncio.gather(*tasks)
-        assert [r.reason for r in results] == ["timeout"] * 3
-        assert backend.status()["completed"] == 3 and backend.status()["busy"] == 0
+        yield backend
     finally:
         await backend.close()
+
+
+def _shares_two_slots[F: Callable[..., Any]](test: F) -> F:
+    """The tests of the shared backend: slow, in the module's event loop (its fixture's), and
+    on one xdist worker (else each worker that draws one starts a backend of its own)."""
+    for mark in (
+        pytest.mark.slow,
+        pytest.mark.asyncio(loop_scope="module"),
+        pytest.mark.xdist_group("local-two-slots"),
+    ):
+        test = mark(test)
+    return test
+
+
+@_shares_two_slots
+async def test_two_slots_run_concurrently_and_the_third_waits(two_slots: LocalBackend) -> None:
+    backend = two_slots
+    completed = backend.status()["completed"]
+    tasks = [
+        asyncio.create_task(backend.grade(GradeRequest("p28", "cute", LOOP))) for _ in range(3)
+    ]
+    for _ in range(100):
+        await asyncio.sleep(0.1)
+        if backend.status()["busy"] == 2 and backend.status()["queued"] == 1:
+            break
+    status = backend.status()
+    assert (status["busy"], status["queued"]) == (2, 1)
+    results = await asyncio.gather(*tasks)
+    assert [r.reason for r in results] == ["timeout"] * 3
+    assert backend.status()["completed"] == completed + 3 and backend.status()["busy"] == 0
 
 
 @pytest.mark.slow
@@ -141,30 +165,26 @@ async def test_judges_are_started_ahead_and_one_that_does_not_suit_is_replaced(
 ) -> None:
     """The warm parent forks the next judge before its job (CUDA and the reference runner
     ready), each with a runner started ahead that serves that one job; a job the prepared
-    judge does not suit (here: unjailed) gets a fresh fork."""
-    from engine.grading.backends.local import WarmParent
+    judge does not suit (here: unjailed, sent to the same warm parent, which has prepared a
+    jailed judge after the second job) gets a fresh fork."""
     from engine.grading.parent.evaluate import feedback_from, make_job
-    from engine.grading.parent.supervise import Limits, child_env
+    from engine.grading.parent.supervise import Limits
 
     backend = LocalBackend(gpus=None, preload_dsls=False, config=EvalConfig(), preview_ahead=True)
     await backend.start()
+    request = GradeRequest("p28", "cute", HONEST)
     try:
         first = await backend.grade(GradeRequest("p28", "cute", FIRST_IN_ITS_RUNNER))
         second = await backend.grade(GradeRequest("p28", "cute", FIRST_IN_ITS_RUNNER))
+        parent = backend.slots[0].parent
+        assert parent is not None and parent.spare_device == "cpu"
+        job = make_job(request, "cpu", EvalConfig(unsafe_no_jail=True), str(tmp_path))
+        outcome = await parent.run(job, Limits(timeout_s=120, eager_timeout_s=120))
     finally:
         await backend.close()
     assert (first.verdict, second.verdict) == ("preview", "preview"), second.import_error
     assert first.clock["judge_started_ahead"] is True
     assert second.clock["judge_started_ahead"] is True
-
-    parent = WarmParent(child_env({}), preload_dsls=False, spare_device="cpu")
-    await parent.start()
-    try:
-        request = GradeRequest("p28", "cute", HONEST)
-        job = make_job(request, "cpu", EvalConfig(unsafe_no_jail=True), str(tmp_path))
-        outcome = await parent.run(job, Limits(timeout_s=120, eager_timeout_s=120))
-    finally:
-        await parent.stop()
     feedback = feedback_from(request, outcome, "cpu")
     assert feedback.verdict == "preview" and feedback.jailed is False
     assert feedback.clock["judge_started_ahead"] is False
@@ -189,25 +209,19 @@ async def test_a_preview_on_few_cores_starts_nothing_ahead() -> None:
     assert bare.slots[0].parent is not None and bare.slots[0].parent.spare_device == "none"
 
 
-@pytest.mark.slow
-async def test_a_request_naming_its_slot_waits_for_it_while_others_take_any() -> None:
+@_shares_two_slots
+async def test_a_request_naming_its_slot_waits_for_it_while_others_take_any(
+    two_slots: LocalBackend,
+) -> None:
     from engine.grading.machine import machine_name
 
-    backend = LocalBackend(
-        gpus=None,
-        preview_slots=2,
-        preload_dsls=False,
-        config=EvalConfig(timeout_s=2.0, memory_limit_mb=3072),
+    backend = two_slots
+    held = await backend._queue().acquire("cpu0")  # cpu0 busy (as with another grading)
+    host = machine_name()
+    pinned = asyncio.create_task(
+        backend.grade(GradeRequest("p28", "cute", HONEST, slot=f"{host}:cpu0"))
     )
-    try:
-        held = await backend._queue().acquire("cpu0")  # cpu0 busy (as with another grading)
-        host = machine_name()
-        pinned = asyncio.create_task(
-            backend.grade(GradeRequest("p28", "cute", HONEST, slot=f"{host}:cpu0"))
-        )
-        anyone = await backend.grade(GradeRequest("p28", "cute", HONEST))
-        assert anyone.host == f"{host}:cpu1" and not pinned.done()  # it waited for cpu0
-        backend._queue().release(held)
-        assert (await pinned).host == f"{host}:cpu0"
-    finally:
-        await backend.close()
+    anyone = await backend.grade(GradeRequest("p28", "cute", HONEST))
+    assert anyone.host == f"{host}:cpu1" and not pinned.done()  # it waited for cpu0
+    backend._queue().release(held)
+    assert (await pinned).host == f"{host}:cpu0"
