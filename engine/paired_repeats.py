@@ -19,10 +19,10 @@ A grading that ends in an infrastructure error (its slot died: a lost service, a
 lane) is tried again from the same position with no slot named: the rest of the job runs on
 whichever slot answers, and the rows say so: a pair spanning two slots (or two machines, a
 job resumed elsewhere: slots carry the machine's boot id, :mod:`engine.grading.machine`) is
-left out of the analysis's test and counted, never silent. ``"adaptive"`` stops after any complete pair where the
-sequential test (``engine.analysis.sequential.decide``) says other than ``"continue"``, or at
-``paired_max`` pairs. Paired rows never change an attempt's runtime: solo metrics keep each
-attempt's own finals.
+left out of the analysis's test and counted, never silent. ``"adaptive"`` stops after any
+complete pair where the sequential test (``engine.analysis.sequential.decide``) says other
+than ``"continue"``, or at ``paired_max`` pairs. Paired rows never change an attempt's
+runtime: solo metrics keep each attempt's own finals.
 """
 
 from __future__ import annotations

@@ -144,5 +144,5 @@ def test_the_steps_between_phases_are_timed_too(grade) -> None:
     # the parts of a phase, each within it: the first call and the anchor checks within
     # correctness (both together at most all of it), the output checks within timing
     first, anchor = timings["correctness_first_call"], timings["correctness_anchor"]
-    assert 0 < first and 0 < anchor and first + anchor <= timings["correctness"]
+    assert first > 0 and anchor > 0 and first + anchor <= timings["correctness"]
     assert 0 < timings["timing_checks"] <= timings["timing"]
