@@ -30,6 +30,7 @@ LONGEST_FIRST = (
     "tests/engine/test_paired_repeats_crash.py",
     "tests/engine/test_noise_simulated.py",  # a group: one simulated 360-attempt run
     "tests/scale/test_ray_cli.py",  # three `ray start` nodes
+    "tests/attempts/test_compile_check_attempt.py",  # three jailed attempts, B200 compiles
     "tests/bundle/test_regrade.py",
     "tests/grading/test_grading_jail_escape.py",  # a group: 18 gradings
     "tests/solutions/test_solution_variants.py",  # DSL compiles
