@@ -198,10 +198,23 @@ def _row(r: dict[str, Any], adaptive: bool = False) -> dict[str, Any]:
                     if r["split"] and status == PAIRED
                     else []
                 ),
+                *_own_sigma_notes(clocks),
                 *_outlier_notes(clocks),
             ]
         ),
     }
+
+
+def _own_sigma_notes(clocks: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Per clock whose call is help or harm from the comparison's own pairs alone (no band of
+    other series to shrink toward): how few degrees of freedom the call rests on."""
+    names = {"e2e": "end to end", "span": "GPU span"}
+    return [
+        f"{names[clock]}: {v['call']} from its own {v['k']} pairs alone ({v['dof']} dof, no band "
+        "of other series)"
+        for clock, v in clocks.items()
+        if v["call"] in ("help", "harm") and not v["prior"]
+    ]
 
 
 def _outlier_notes(clocks: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -377,3 +377,14 @@ def test_a_comparison_with_no_pair_on_one_slot_is_cross_host() -> None:
         [PairedComparison(1, "m", "p01", "cute->tirx", 1, comp.baseline, moved)], {"e2e": BAND}
     )[0]
     assert row["status"] == "cross_host" and row["call"] == "cross_host" and row["split_pairs"] == 3
+
+
+def test_a_call_from_its_own_pairs_alone_says_so() -> None:
+    """A help called with no band of other series beside it rests on its own k − 1 dof (the
+    p28 tirx→cute call on the H100, 2026-12-07): the row says so; with a band it does not."""
+    alone = paired_calls([_pairs(0.3)], {"e2e": [], "span": []})[0]
+    assert alone["call"] == "help" and not alone["clocks"]["e2e"]["prior"]
+    assert "end to end: help from its own 5 pairs alone (4 dof" in alone["note"]
+    lent = paired_calls([_pairs(0.3)], {"e2e": BAND, "span": []})[0]
+    assert lent["call"] == "help" and lent["clocks"]["e2e"]["prior"]
+    assert "alone" not in lent["note"]
