@@ -95,7 +95,7 @@ def judge_peak(
     inputs; outputs are compared on the device one chunk at a time. With ``anchor="host"`` the
     float64 anchor runs on the host (:func:`host_anchor_bytes`) and only its compared chunks
     reach the device. On the CPU, host and device are one memory: the draw and the outputs
-    held on the host count too.
+    held on the host count too, as they do on a GPU with the draw on the device.
     """
     draw = sizes.inputs + sizes.outputs
     call = draw + sizes.inplace_inputs
@@ -103,11 +103,7 @@ def judge_peak(
     v_run = sizes.inputs + sizes.reference_peak
     z_run = anchor_run(sizes) if anchor == "device" or device == "cpu" else 0.0
     compare = compare_workspace(sizes)
-    if device != "cpu" and draw_on == "device" and anchor == "device":
-        v_run += draw
-        z_run += draw + sizes.outputs
-        compare += draw + sizes.outputs + sizes.anchor_outputs
-    if device == "cpu":
+    if device == "cpu" or (draw_on == "device" and anchor == "device"):
         v_run += draw
         z_run += draw + sizes.outputs
         compare += draw + sizes.outputs + sizes.anchor_outputs
@@ -122,10 +118,8 @@ def host_anchor_bytes(sizes: DrawSizes) -> float:
 
 def compare_workspace(sizes: DrawSizes) -> float:
     """The judge's workspace for one compared chunk (no larger than the largest output)."""
-    return (
-        COMPARE_WORKSPACE_BYTES
-        * min(sizes.largest_output, COMPARE_CHUNK_ELEMENTS)
-        / (COMPARE_CHUNK_ELEMENTS)
+    return COMPARE_WORKSPACE_BYTES * min(sizes.largest_output, COMPARE_CHUNK_ELEMENTS) / (
+        COMPARE_CHUNK_ELEMENTS
     )
 
 
@@ -188,14 +182,8 @@ def plan_from_sizes(
         return MemoryPlan(max(eager, checks), judge, runner, sizes, method, draw=draw)
     seconds = None if flops is None else host_anchor_seconds(flops)
     return MemoryPlan(
-        max(eager, checks),
-        judge,
-        runner,
-        sizes,
-        method,
-        anchor="host",
-        host_bytes=host_anchor_bytes(sizes),
-        anchor_s=seconds,
+        max(eager, checks), judge, runner, sizes, method,
+        anchor="host", host_bytes=host_anchor_bytes(sizes), anchor_s=seconds,
     )
 
 

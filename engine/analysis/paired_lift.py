@@ -42,6 +42,7 @@ from engine.analysis.power import paired_power
 from storage.paired_repeats import PairedComparison, PairedGrading
 
 CLOCKS = {"e2e": "impl_median_ms", "span": "span_ms"}
+CLOCK_NAMES = {"e2e": "end to end", "span": "GPU span"}
 POWER_LIFTS = (0.10, 0.30)
 
 
@@ -208,10 +209,9 @@ def _row(r: dict[str, Any], adaptive: bool = False) -> dict[str, Any]:
 def _own_sigma_notes(clocks: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Per clock whose call is help or harm from the comparison's own pairs alone (no band of
     other series to shrink toward): how few degrees of freedom the call rests on."""
-    names = {"e2e": "end to end", "span": "GPU span"}
     return [
-        f"{names[clock]}: {v['call']} from its own {v['k']} pairs alone ({v['dof']} dof, no band "
-        "of other series)"
+        f"{CLOCK_NAMES[clock]}: {v['call']} from its own {v['k']} pairs alone "
+        f"({v['dof']} dof, no band of other series)"
         for clock, v in clocks.items()
         if v["call"] in ("help", "harm") and not v["prior"]
     ]
@@ -219,9 +219,8 @@ def _own_sigma_notes(clocks: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def _outlier_notes(clocks: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Per clock with rejected gradings: how many, the pairs they cost and the bound's basis."""
-    names = {"e2e": "end to end", "span": "GPU span"}
     return [
-        f"{names[clock]}: {v['rejected_gradings']} grading(s) rejected as outliers "
+        f"{CLOCK_NAMES[clock]}: {v['rejected_gradings']} grading(s) rejected as outliers "
         f"({v['dropped_pairs']} pair(s) dropped; bound from {v['outlier_basis']})"
         for clock, v in clocks.items()
         if v["rejected_gradings"]

@@ -304,7 +304,7 @@ def pairing_status(slots: Sequence[tuple[str, str]]) -> str:
     ``unpaired`` without pairs (``slots``: (baseline slot, treatment slot) per pair)."""
     if not slots:
         return UNPAIRED
-    return PAIRED if any(base == treat for base, treat in slots) else CROSS_HOST
+    return PAIRED if any(same_slot(slots)) else CROSS_HOST
 
 
 def same_slot(slots: Sequence[tuple[str, str]]) -> list[bool]:

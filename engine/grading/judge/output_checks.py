@@ -318,7 +318,9 @@ def _from_skeleton(node: Any, torch: Any) -> Any:
 
 
 def out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is torch's out-of-device-memory error."""
+    """Whether ``exc`` is torch's out-of-device-memory error (not a host ``MemoryError``, which
+    :func:`engine.grading.verdict.out_of_memory` counts too: moving the draw to the host would
+    not mend that)."""
     import torch
 
     return isinstance(exc, torch.OutOfMemoryError)
